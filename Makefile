@@ -1,0 +1,52 @@
+# BOute: every target sets up its own project-local virtualenv (.venv) on first use.
+# torch is pinned to the CPU build by constraints.txt, so pip never pulls a multi-GB CUDA wheel here.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+PIP     := $(BIN)/pip
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test test-fast bench lint format experiments clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+## Run the main job on the built-in example scenario.
+demo: $(STAMP)
+	$(BIN)/python -m boute.cli.main validate
+	$(BIN)/boute perf --model llama-3.1-70b --gpu h100-sxm --tp 4 --batch 64 --input 128 --output 128 --json
+	$(BIN)/boute simulate --plan examples/plan-paper.json --json
+
+## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379).
+test: $(STAMP)
+	$(BIN)/python -m tests.services $(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -m "not slow" -x
+
+## Benchmarks: results land in bench/results/*.json and bench/results/README.md.
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+experiments: $(STAMP)
+	$(BIN)/python -m experiments
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): each module ``bench/bench_*.py`` exposes ``run(quick: bool) -> dict``."""

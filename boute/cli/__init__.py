@@ -1,0 +1,1 @@
+"""Command-line interface (Typer): one module per command group."""

@@ -1,0 +1,51 @@
+"""The ``boute`` command line.
+
+Each sub-command lives in its own module and imports its heavy dependencies (torch, botorch, fastapi)
+inside the command body, so ``boute --help`` and light commands start fast. User mistakes surface as
+:class:`~boute.errors.BouteError`: one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from boute.errors import BouteError
+
+app = typer.Typer(
+    name="boute",
+    help="BOute: co-optimise LLM query routing and heterogeneous GPU deployment.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """BOute: co-optimise LLM query routing and heterogeneous GPU deployment."""
+
+
+def _register() -> None:
+    # One line per command module; each module exposes `register(app)`.
+    from boute.cli import validate_cmd
+
+    for module in (validate_cmd,):
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app; a BouteError becomes one line on stderr and exit code 2."""
+    try:
+        app(args=argv)
+    except BouteError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The scenario: what the operator has (cluster), serves (tiers, workload) and promises (targets).
+
+Loaded from YAML. Names of GPUs and models are checked against the packaged catalog plus the scenario's
+own ``gpus:``/``models:`` entries, so a user adds hardware without editing the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    model_validator,
+)
+
+from boute.catalog import Catalog, GPUSpec, ModelSpec, builtin_catalog
+from boute.specs.io import read_mapping, validate
+
+Dtype = Literal["bf16", "fp8"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Cluster(_Frozen):
+    """GPU inventory per type and the price budget."""
+
+    gpus: dict[str, NonNegativeInt] = Field(description="GPU type -> how many are available")
+    budget_per_hour: PositiveFloat = Field(description="USD per hour the deployment may cost")
+    prices: dict[str, float] = Field(default_factory=dict, description="GPU type -> USD/GPU-hour override")
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        if not self.gpus:
+            raise ValueError("at least one GPU type is needed")
+        for name, price in self.prices.items():
+            if price < 0:
+                raise ValueError(f"price of '{name}' must be >= 0")
+        return self
+
+
+class Tier(_Frozen):
+    """One model tier, small to large; ``quality_model`` is its column in the quality profile."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    model: str
+    quality_model: str | None = Field(
+        None, description="model name in the quality profile (default: tier name)"
+    )
+    dtype: Dtype = "bf16"
+
+
+class QualitySource(_Frozen):
+    """Where per-query quality comes from: ``builtin:gsm8k``, ``builtin:mt-bench`` or a file path."""
+
+    profile: str = "builtin:gsm8k"
+    format: Literal["auto", "routellm-csv", "mtbench-jsonl", "jsonl"] = "auto"
+    router: str | None = Field(None, description="trained router file; trained on the fly if absent")
+
+
+class Arrivals(_Frozen):
+    """Arrival process: a real trace replayed at ``rate_rps`` or a synthetic renewal process."""
+
+    kind: Literal["trace", "poisson", "gamma"] = "trace"
+    trace: str = Field("builtin:azure-conv", description="Azure-format CSV (TIMESTAMP, ContextTokens, ...)")
+    cv: PositiveFloat = Field(1.0, description="coefficient of variation of inter-arrivals (gamma)")
+
+
+class Lengths(_Frozen):
+    """Request lengths in tokens.
+
+    ``profile``: prompts of the quality profile and their recorded responses (the paper's workload);
+    ``trace``: the trace's own ContextTokens/GeneratedTokens; ``fixed``/``lognormal``: synthetic.
+    """
+
+    source: Literal["profile", "trace", "fixed", "lognormal"] = "profile"
+    input_tokens: PositiveFloat = 512
+    output_tokens: PositiveFloat = 128
+    sigma: PositiveFloat = Field(0.8, description="lognormal shape (log-space std)")
+    max_input: PositiveInt = 8192
+    max_output: PositiveInt = 4096
+    scale: PositiveFloat = Field(1.0, description="multiply all lengths (sensitivity studies)")
+
+
+class Workload(_Frozen):
+    arrivals: Arrivals = Arrivals()
+    rate_rps: PositiveFloat = 100.0
+    lengths: Lengths = Lengths()
+    duration_s: PositiveFloat = Field(60.0, description="simulated horizon in seconds")
+    seed: NonNegativeInt = 0
+
+
+class Targets(_Frozen):
+    quality_floor: float = Field(0.0, ge=0, le=1, description="minimum expected quality, profile scale [0,1]")
+    p95_latency_s: PositiveFloat = Field(30.0, description="P95 end-to-end latency cap, seconds")
+
+
+class Scenario(_Frozen):
+    """Everything the optimiser needs to know about one serving problem."""
+
+    name: str = "scenario"
+    description: str = ""
+    cluster: Cluster
+    tiers: list[Tier] = Field(min_length=1)
+    quality: QualitySource = QualitySource()
+    workload: Workload = Workload()
+    targets: Targets = Targets()
+    gpus: list[GPUSpec] = Field(default_factory=list, description="extra GPU types (or overrides)")
+    models: list[ModelSpec] = Field(default_factory=list, description="extra model architectures")
+    calibration: str | None = Field(None, description="calibration file overriding efficiency factors")
+
+    _catalog: Catalog = PrivateAttr()
+    _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _resolve(self) -> Scenario:
+        cat = builtin_catalog().extended(self.gpus, self.models)
+        for gpu in self.cluster.gpus:
+            if gpu not in cat.gpus:
+                raise ValueError(f"cluster.gpus: unknown GPU '{gpu}' (known: {', '.join(sorted(cat.gpus))})")
+        for gpu in self.cluster.prices:
+            if gpu not in self.cluster.gpus:
+                raise ValueError(f"cluster.prices: '{gpu}' is not in cluster.gpus")
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tiers: names must be unique, got {names}")
+        for i, tier in enumerate(self.tiers):
+            if tier.model not in cat.models:
+                raise ValueError(
+                    f"tiers[{i}].model: unknown model '{tier.model}' (known: {', '.join(sorted(cat.models))})"
+                )
+        self._catalog = cat
+        return self
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
+    @property
+    def source(self) -> Path | None:
+        """The file this scenario was loaded from; relative paths inside it resolve against its folder."""
+        return self._source
+
+    def price(self, gpu: str) -> float:
+        """USD per GPU-hour: the cluster's override if any, else the catalog's."""
+        return self.cluster.prices.get(gpu, self._catalog.gpu(gpu).price_per_hour)
+
+    def resolve_path(self, ref: str) -> Path:
+        """A file path named in this scenario, relative to the scenario file's folder."""
+        p = Path(ref)
+        if not p.is_absolute() and self._source is not None:
+            p = self._source.parent / p
+        return p
+
+    def tier(self, name: str) -> Tier:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise KeyError(f"unknown tier '{name}' (known: {', '.join(t.name for t in self.tiers)})")
+
+
+def load_scenario(path: str | Path | None = None) -> Scenario:
+    """Load a scenario YAML file; ``None`` or ``builtin:NAME`` gives a packaged example."""
+    from boute.scenarios import builtin_scenario_path
+
+    if path is None or str(path).startswith("builtin:"):
+        name = "paper-gsm8k" if path is None else str(path).split(":", 1)[1]
+        p = builtin_scenario_path(name)
+        shown: str | Path = f"builtin:{name}"
+    else:
+        p = Path(path)
+        shown = p
+    data = read_mapping(p)
+    scenario = validate(Scenario, data, shown)
+    scenario._source = p.resolve()
+    return scenario

@@ -1,0 +1,42 @@
+"""Shared fixtures: real Redis and PostgreSQL (as the machine runs them), the built-in scenario."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis the suite runs against (``tests.services`` starts an embedded one if none answers)."""
+    url = os.environ.get("BOUTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    if not _answers(host, int(port)):
+        pytest.fail(f"no Redis at {url}: run the suite through `make test` (python -m tests.services pytest)")
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """The machine's PostgreSQL (trust auth, database `test`); skipped where none runs."""
+    url = os.environ.get("BOUTE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    if not _answers("127.0.0.1", 5432):
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    return url
+
+
+@pytest.fixture(scope="session")
+def scenario():
+    from boute.specs import load_scenario
+
+    return load_scenario(None)
