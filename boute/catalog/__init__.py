@@ -70,9 +70,7 @@ def builtin_catalog() -> Catalog:
     """The packaged catalog (``boute/catalog/gpus.yaml`` and ``models.yaml``)."""
     pkg = resources.files("boute.catalog")
     gpus = _load_entries((pkg / "gpus.yaml").read_text(), "boute/catalog/gpus.yaml", GPUSpec, "gpus")
-    models = _load_entries(
-        (pkg / "models.yaml").read_text(), "boute/catalog/models.yaml", ModelSpec, "models"
-    )
+    models = _load_entries((pkg / "models.yaml").read_text(), "boute/catalog/models.yaml", ModelSpec, "models")
     return Catalog().extended(gpus, models)
 
 

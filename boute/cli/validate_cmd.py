@@ -11,9 +11,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate_cmd(
-        scenario: Path | None = typer.Option(
-            None, "--scenario", "-s", help="scenario YAML (default: built-in)"
-        ),
+        scenario: Path | None = typer.Option(None, "--scenario", "-s", help="scenario YAML (default: built-in)"),
         plan: Path | None = typer.Option(None, "--plan", "-p", help="plan JSON/YAML to check against it"),
         as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
     ) -> None:

@@ -105,9 +105,7 @@ class Plan(_Frozen):
         fr = self.routing.fractions
         needed = [t for i, t in enumerate(self.routing.tiers) if fr is None or fr[i] > 0]
         if any(t in missing for t in needed):
-            raise ValueError(
-                f"routing sends load to tiers with no replicas: {[t for t in needed if t in missing]}"
-            )
+            raise ValueError(f"routing sends load to tiers with no replicas: {[t for t in needed if t in missing]}")
         return self
 
     def groups(self, tier: str) -> list[ReplicaGroup]:
@@ -129,9 +127,7 @@ def check_plan_hardware(plan: Plan, catalog: Catalog, file: str | Path | None = 
             raise SpecError(file, f"deployment[{i}].model", f"unknown model '{g.model}'")
         m = catalog.model(g.model)
         if m.heads % g.tp:
-            raise SpecError(
-                file, f"deployment[{i}].tp", f"tp={g.tp} does not divide {g.model}'s {m.heads} heads"
-            )
+            raise SpecError(file, f"deployment[{i}].tp", f"tp={g.tp} does not divide {g.model}'s {m.heads} heads")
         if g.pp > m.layers:
             raise SpecError(file, f"deployment[{i}].pp", f"pp={g.pp} exceeds {g.model}'s {m.layers} layers")
         if g.dtype == "fp8" and catalog.gpu(g.gpu).tflops_fp8 is None:

@@ -52,9 +52,7 @@ class Tier(_Frozen):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     model: str
-    quality_model: str | None = Field(
-        None, description="model name in the quality profile (default: tier name)"
-    )
+    quality_model: str | None = Field(None, description="model name in the quality profile (default: tier name)")
     dtype: Dtype = "bf16"
 
 
