@@ -14,12 +14,25 @@ class Efficiency(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    compute: float = Field(0.6, gt=0, le=1, description="achieved / peak dense FLOPs in prefill")
+    compute: float = Field(0.6, gt=0, le=1, description="achieved / peak dense BF16 FLOPs in prefill")
+    compute_fp8: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="achieved / peak dense FP8 FLOPs; FP8 kernels reach a smaller share of their doubled peak "
+        "(attention and norms stay 16-bit). None: same as `compute`",
+    )
     bandwidth: float = Field(0.6, gt=0, le=1, description="achieved / peak memory bandwidth in decode")
     link: float = Field(0.7, gt=0, le=1, description="achieved / peak inter-GPU link bandwidth")
     step_overhead_ms: float = Field(
         1.0, ge=0, description="fixed per-iteration cost (scheduler, kernel launches) of one forward pass"
     )
+
+    def compute_for(self, dtype: str) -> float:
+        """The compute share that applies to GEMMs in ``dtype``."""
+        if dtype == "fp8" and self.compute_fp8 is not None:
+            return self.compute_fp8
+        return self.compute
 
 
 class GPUSpec(BaseModel):

@@ -28,12 +28,26 @@ DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0}
 
 #: share of GPU memory SGLang's static pool may use (``--mem-fraction-static`` is ~0.88 by default)
 DEFAULT_MEM_FRACTION = 0.88
+#: datasheet "80 GB" of device memory is 80 GiB (an A100 80GB shows 81,920 MiB); weights/KV are in 1e9-byte GB
+GIB = 2.0**30
+#: sharpness of the roofline's smooth maximum: time = (compute^p + memory^p)^(1/p). p -> inf is the ideal
+#: max(compute, memory); p = 1 adds them (no overlap). Chosen among {1, 1.5, 2, 3, inf} on the published
+#: TensorRT-LLM rows: p = 1 fits them best and transfers best to held-out rows (docs/perf-model.md)
+ROOFLINE_SHARPNESS = 1.0
 #: activations, CUDA graphs, allocator slack kept outside the pool, GB per GPU
 RUNTIME_RESERVE_GB = 1.5
 #: below this many KV tokens a replica cannot serve realistic requests: treated as not fitting
 MIN_KV_TOKENS = 4096
 #: fixed latency of one collective / point-to-point message, seconds, by link family
 LINK_LATENCY_S = {"nvlink": 8e-6, "pcie": 25e-6, "cpu": 0.0}
+
+
+def roofline(compute_s: np.ndarray, memory_s: np.ndarray) -> np.ndarray:
+    """Smooth maximum of the compute and memory times of one forward pass (see ``ROOFLINE_SHARPNESS``)."""
+    p = ROOFLINE_SHARPNESS
+    hi = np.maximum(compute_s, memory_s)
+    safe = np.where(hi > 0, hi, 1.0)
+    return np.where(hi > 0, safe * ((compute_s / safe) ** p + (memory_s / safe) ** p) ** (1.0 / p), 0.0)
 
 
 def _link_latency(link: str) -> float:
@@ -59,7 +73,8 @@ class ReplicaPerf:
     kv_capacity_tokens: int
     kv_bytes_per_token_per_gpu: float
     # effective rates (datasheet x efficiency), per replica
-    flops_per_s: float
+    flops_per_s: float  # GEMMs in ``dtype``
+    attn_flops_per_s: float  # attention stays 16-bit even in FP8 mode
     bytes_per_s: float
     link_bytes_per_s: float
     step_overhead_s: float
@@ -109,22 +124,23 @@ class ReplicaPerf:
         m = self.model
         t = np.asarray(tokens, dtype=float)
         sq = t * t if sum_sq_len is None else np.asarray(sum_sq_len, dtype=float)
-        flops = 2.0 * m.compute_params_b * 1e9 * t + 2.0 * m.layers * m.heads * m.head_dim * sq
-        compute = flops / self.flops_per_s
+        # causal attention: QK^T and AV over half the (length x length) score matrix, 2 FLOPs per MAC
+        attn = 2.0 * m.layers * m.heads * m.head_dim * sq
+        compute = 2.0 * m.compute_params_b * 1e9 * t / self.flops_per_s + attn / self.attn_flops_per_s
         memory = self._weight_bytes_read(t) / self.bytes_per_s
-        return self.step_overhead_s + np.maximum(compute, memory) + self._comm_time(t)
+        return self.step_overhead_s + roofline(compute, memory) + self._comm_time(t)
 
     def decode_step_time(self, batch: ArrayLike, context_tokens: ArrayLike) -> np.ndarray:
         """One decode iteration for ``batch`` sequences whose contexts sum to ``context_tokens``."""
         m = self.model
         b = np.asarray(batch, dtype=float)
         ctx = np.asarray(context_tokens, dtype=float)
-        flops = 2.0 * m.compute_params_b * 1e9 * b + 4.0 * m.layers * m.heads * m.head_dim * ctx
-        compute = flops / self.flops_per_s
+        attn = 4.0 * m.layers * m.heads * m.head_dim * ctx
+        compute = 2.0 * m.compute_params_b * 1e9 * b / self.flops_per_s + attn / self.attn_flops_per_s
         # every stage is traversed in turn; KV heads replicate when tp > kv_heads
         kv_bytes = ctx * self.kv_bytes_per_token_per_gpu * self.pp * self.tp
         memory = (self._weight_bytes_read(b) + kv_bytes) / self.bytes_per_s
-        t = self.step_overhead_s + np.maximum(compute, memory) + self._comm_time(b)
+        t = self.step_overhead_s + roofline(compute, memory) + self._comm_time(b)
         return np.where(b > 0, t, 0.0)
 
     # ---- summaries --------------------------------------------------------------------------------
@@ -179,18 +195,21 @@ def replica_perf(
         reasons.append(f"pp={pp} exceeds {model.layers} layers")
     if tp * pp > gpu.gpus_per_node:
         reasons.append(f"tp*pp={tp * pp} exceeds {gpu.gpus_per_node} GPUs per node")
-    peak_tflops = gpu.tflops_bf16
+    if not 0 < mem_fraction <= 1:
+        raise ValueError(f"mem_fraction must be in (0, 1], got {mem_fraction}")
+    gemm_flops = gpu.tflops_bf16 * eff.compute
     if dtype == "fp8":
         if gpu.tflops_fp8 is None:
             reasons.append(f"{gpu.name} has no FP8 support")
         else:
-            peak_tflops = gpu.tflops_fp8
+            gemm_flops = gpu.tflops_fp8 * eff.compute_for("fp8")
     n = tp * pp
+    # weights split evenly over the tp x pp GPUs; KV heads replicate when tp > kv_heads
     weights_gb = model.params_b * DTYPE_BYTES[dtype] / n
     kv_heads_per_gpu = math.ceil(model.kv_heads / tp)
     layers_per_gpu = math.ceil(model.layers / pp)
     kv_per_tok = 2.0 * layers_per_gpu * kv_heads_per_gpu * model.head_dim * DTYPE_BYTES[dtype]
-    kv_gb = gpu.memory_gb * mem_fraction - RUNTIME_RESERVE_GB - weights_gb
+    kv_gb = (gpu.memory_gb * GIB * mem_fraction) / 1e9 - RUNTIME_RESERVE_GB - weights_gb
     kv_tokens = int(max(0.0, kv_gb) * 1e9 // kv_per_tok)
     if not reasons and kv_tokens < MIN_KV_TOKENS:
         reasons.append(
@@ -209,7 +228,8 @@ def replica_perf(
         kv_gb_per_gpu=max(0.0, kv_gb),
         kv_capacity_tokens=kv_tokens if not reasons else 0,
         kv_bytes_per_token_per_gpu=kv_per_tok,
-        flops_per_s=peak_tflops * 1e12 * eff.compute * tp,
+        flops_per_s=gemm_flops * 1e12 * tp,
+        attn_flops_per_s=gpu.tflops_bf16 * eff.compute * 1e12 * tp,
         bytes_per_s=gpu.bandwidth_gbs * 1e9 * eff.bandwidth * tp,
         link_bytes_per_s=gpu.link_gbs * 1e9 * eff.link,
         step_overhead_s=eff.step_overhead_ms * 1e-3,
