@@ -1,0 +1,150 @@
+"""Steady-state operating point of one replica: the shared core of load balancing and the fast path.
+
+A replica at arrival rate ``lam`` runs ``b`` sequences in decode on average. Prefill has priority and
+stalls decode: after any iteration of length d, the next one is a prefill (of everything that arrived
+during it) with probability ``1 - exp(-lam d)`` (Poisson arrivals), else a decode step. With prefill
+iterations of length ``p`` and decode steps of length ``s`` this two-state chain has a stationary share
+of prefills ``pi = c / (1 - a + c)`` (``a = 1 - exp(-lam p)``, ``c = 1 - exp(-lam s)``), so the share of
+*time* in prefill is ``phi = pi p / (pi p + (1 - pi) s)`` and a prefill holds ``lam (pi p + (1-pi) s) / pi``
+prompts. Decode runs the rest of the time, so by Little's law ``b = lam * E[out] * s(b) / (1 - phi)``,
+a fixed point solved by secant steps. (Checked against the event simulation: at 40 req/s on one 70B
+replica it predicts phi = 0.54 against a simulated 0.52.)
+
+If no fixed point exists below the KV-limited batch ``B* = min(max_running, KV / E[in + out])``
+(requests reserve prompt + output tokens), the batch stays full: admissions are then gated by
+completions, prefills batch the replacements, and the residence time is ``B* / lam``. The capacity is
+that full-batch cycle's rate (:func:`capacity_rps`). All of this uses mean lengths, so it is an
+approximation; the event simulator is the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from boute.sim.timing import ReplicaTiming
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Length moments of the requests a replica serves."""
+
+    mean_in: float
+    in_sq: float
+    mean_out: float
+    out_sq: float
+
+    @cached_property
+    def seq_ctx(self) -> float:
+        """Time-averaged context of a decoding sequence: in + (length-biased) half of its output."""
+        return self.mean_in + 0.5 * self.out_sq / max(self.mean_out, 1e-9)
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    lam: float  # arrival rate, req/s
+    batch: float  # mean decoding sequences
+    step_s: float  # decode step time at that batch
+    prefill_share: float  # phi: share of time in prefill iterations
+    prefill_s: float  # one prefill iteration (with its batched prompts)
+    saturated: bool  # the KV-limited batch (or phi >= 1) is reached
+
+
+def kv_batch(tm: ReplicaTiming, ln: Lengths) -> int:
+    """Concurrent requests whose reserved KV (prompt + output) fits: the saturation batch."""
+    return max(1, min(tm.max_running, int(tm.kv_capacity // max(1.0, ln.mean_in + ln.mean_out))))
+
+
+def _step(tm: ReplicaTiming, b: float, seq_ctx: float) -> float:
+    bi = max(1, min(tm.max_running, round(b)))
+    return tm.step(bi, b * seq_ctx)
+
+
+def _prefill(tm: ReplicaTiming, prompts: float, ln: Lengths) -> float:
+    """One prefill iteration holding ``prompts`` prompts (split into chunks when they exceed one)."""
+    total = prompts * ln.mean_in
+    if total <= tm.chunk:
+        tokens = max(1, round(total))
+        return tm.prefill(tokens, min(float(tokens) ** 2, prompts * ln.in_sq))
+    chunks = total / tm.chunk
+    return tm.prefill(tm.chunk, min(float(tm.chunk) ** 2, prompts * ln.in_sq / chunks)) * chunks
+
+
+def operating_point(tm: ReplicaTiming, lam: float, ln: Lengths, iters: int = 40) -> OperatingPoint:
+    """The replica's mean batch, step time and prefill share at arrival rate ``lam`` (see module doc).
+
+    Solves b = g(b) = lam * E[out] * step(b) / (1 - phi(b)) by secant steps on g(b) - b, starting from
+    plain iteration; g is increasing and nearly linear in b, so a few steps suffice.
+    """
+    bmax = kv_batch(tm, ln)
+    sc = ln.seq_ctx
+    if lam <= 0:
+        return OperatingPoint(0.0, 0.0, _step(tm, 1, sc), 0.0, _prefill(tm, 1, ln), False)
+
+    def g(b: float) -> tuple[float, float, float, float]:
+        step = _step(tm, b, sc)
+        c = 1.0 - math.exp(-lam * step)
+        n = 1.0
+        pf = phi = 0.0
+        for _ in range(2):
+            pf = _prefill(tm, n, ln)
+            a = 1.0 - math.exp(-lam * pf)
+            pi_p = c / (1.0 - a + c)  # share of iterations that are prefills (module doc)
+            mean_it = pi_p * pf + (1.0 - pi_p) * step
+            phi = pi_p * pf / mean_it
+            n = max(1.0, lam * mean_it / pi_p)
+        nb = lam * ln.mean_out * step / (1.0 - phi) if phi < 1.0 else math.inf
+        return nb, step, phi, pf
+
+    b0 = 1.0
+    g0, step, phi, pf = g(b0)
+    b1 = g0
+    free = True
+    for _ in range(iters):
+        if b1 >= bmax or phi >= 1.0:
+            free = False
+            break
+        g1, step, phi, pf = g(b1)
+        if phi >= 1.0 or g1 >= bmax * 1.5:
+            free = False
+            break
+        if abs(g1 - b1) <= 1e-4 * b1:
+            break
+        # secant on h(b) = g(b) - b
+        h0, h1 = g0 - b0, g1 - b1
+        nb = b1 - h1 * (b1 - b0) / (h1 - h0) if h1 != h0 else g1
+        if not (nb > 0) or nb > 4 * bmax:
+            nb = g1 if nb <= 0 else 4 * bmax
+        b0, g0, b1 = b1, g1, nb
+    if free and b1 < bmax:
+        return OperatingPoint(lam, b1, step, phi, pf, False)
+    return _full_batch(tm, lam, ln, bmax)
+
+
+def _full_batch(tm: ReplicaTiming, lam: float, ln: Lengths, bmax: int) -> OperatingPoint:
+    """Batch-full regime: admissions are gated by completions, so each decode step of the full batch is
+    followed by one prefill of the prompts that arrived meanwhile; Little's law pins the residence time
+    at bmax / lam. Saturated when arrivals per cycle exceed the completions per step (bmax / E[out])."""
+    s_full = _step(tm, bmax, ln.seq_ctx)
+    per_step = bmax / ln.mean_out
+    pf = _prefill(tm, per_step, ln)
+    mu = per_step / (s_full + pf)
+    if lam >= mu:
+        return OperatingPoint(lam, float(bmax), s_full, pf / (s_full + pf), pf, True)
+    tau = bmax / (lam * ln.mean_out)  # time per generated token, prefill stalls included
+    n = max(1.0, lam * (s_full + pf))
+    pf_n = _prefill(tm, n, ln)
+    return OperatingPoint(lam, float(bmax), s_full, max(0.0, 1.0 - s_full / tau), pf_n, False)
+
+
+def capacity_rps(tm: ReplicaTiming, ln: Lengths) -> float:
+    """Largest sustainable arrival rate (req/s) of one replica for these lengths: the batch-full cycle.
+
+    With the batch full, a decode step of ``bmax`` sequences completes ``bmax / E[out]`` of them, and
+    their replacements are prefilled in one iteration before the next step. (Checked against the event
+    simulation: 77.6 req/s predicted vs 75.5 simulated for Llama-3.1-70B TP4 on H100 with GSM8K lengths.)
+    """
+    bmax = kv_batch(tm, ln)
+    per_step = bmax / ln.mean_out
+    return per_step / (_step(tm, bmax, ln.seq_ctx) + _prefill(tm, per_step, ln))

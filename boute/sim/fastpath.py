@@ -1,0 +1,291 @@
+"""Analytical fast path: a queueing approximation of a plan, ~thousands of evaluations per second.
+
+Per replica group (see :mod:`boute.sim.capacity`): the capacity ``mu`` (req/s) at the KV-limited batch,
+and at the offered load the mean decode batch, step time ``step`` and prefill share ``phi`` (Little's law
+fixed point). The balancer loads replicas in proportion to capacity, so every replica of a tier runs at
+the tier's utilisation ``rho = lambda_tier / sum(mu)``.
+
+A request of output length O then takes ``A + tau * (O - 1)`` plus any wait for a KV slot, with
+``tau = step / (1 - phi)`` (decode slowed by prefill stalls) and ``A`` its time to first token (half an
+iteration of residual wait plus its own batched prefill). The wait for a slot treats the tier as one
+G/G/c queue with c = its total KV-limited batch slots (least-outstanding balancing approximates a shared
+queue): Erlang-C probability from the Halfin-Whitt approximation, scaled by Allen-Cunneen's
+``(ca^2 + cs^2) / 2``. O is gamma-distributed (fitted to the mean and second moment of output lengths);
+the variable part is moment-matched to a gamma per group (or per cascade path, whose hops add up), and
+P50/P95 come from the mixture over groups weighted by their share of requests.
+
+Unstable (some tier with rho >= 1): ``stable=False`` and P50/P95/mean are ``inf`` (callers that need a
+finite objective should clip). Approximate by construction; tests check it against the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammainc
+
+from boute.errors import InfeasibleError
+from boute.sim.capacity import Lengths, OperatingPoint, capacity_rps, kv_batch, operating_point
+from boute.sim.engine import JUDGE_DELAY_S, group_label, plan_cost, scenario_catalog
+from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
+from boute.specs.plan import ReplicaGroup
+from boute.specs.scenario import Scenario
+from boute.workload import WorkloadStats
+
+
+@dataclass(frozen=True)
+class FastResult:
+    p95_latency_s: float
+    p50_latency_s: float
+    mean_latency_s: float
+    throughput_rps: float  # sustained at the offered rate (<= rate)
+    capacity_rps: float  # largest offered rate this deployment + split sustains
+    utilisation: tuple[float, ...]  # per tier, offered / capacity
+    stable: bool
+    cost_per_hour: float
+
+
+# ---- caches: the optimiser calls us thousands of times with the same scenario and few replica types ----
+_CATALOGS: dict[int, tuple[Scenario, object]] = {}
+_TIMINGS: dict[tuple, ReplicaTiming | str] = {}
+_CAPS: dict[tuple, tuple[float, int]] = {}
+
+
+def _timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_running: int) -> ReplicaTiming:
+    entry = _CATALOGS.get(id(scenario))
+    if entry is None or entry[0] is not scenario:
+        if len(_CATALOGS) > 16:
+            _CATALOGS.clear()
+        entry = (scenario, scenario_catalog(scenario))
+        _CATALOGS[id(scenario)] = entry
+    cat = entry[1]
+    key = (id(cat), g.model, g.gpu, g.tp, g.pp, g.dtype, chunk, max_running)
+    tm = _TIMINGS.get(key)
+    if tm is None:
+        from boute.perf import replica_perf
+
+        perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)  # type: ignore[attr-defined]
+        tm = build_timing(perf, chunk, max_running) if perf.fits else perf.reason
+        if len(_TIMINGS) > 4096:
+            _TIMINGS.clear()
+        _TIMINGS[key] = tm
+    if isinstance(tm, str):
+        raise InfeasibleError(f"{group_label(i, g)} cannot serve its model: {tm}")
+    return tm
+
+
+def _capacity(tm: ReplicaTiming, ln: Lengths) -> tuple[float, int]:
+    key = (id(tm), ln)
+    hit = _CAPS.get(key)
+    if hit is None:
+        if len(_CAPS) > 65536:
+            _CAPS.clear()
+        hit = _CAPS[key] = (capacity_rps(tm, ln), kv_batch(tm, ln))
+    return hit
+
+
+def _erlang_c(c: float, rho: float) -> float:
+    """P(wait) in an M/M/c queue, Halfin-Whitt approximation (good for the large c of batch slots)."""
+    beta = (1.0 - rho) * math.sqrt(c)
+    if beta <= 0:
+        return 1.0
+    if beta > 30.0:
+        return 0.0
+    phi = math.exp(-0.5 * beta * beta) / math.sqrt(2 * math.pi)
+    big_phi = 0.5 * (1.0 + math.erf(beta / math.sqrt(2.0)))
+    return min(1.0, 1.0 / (1.0 + beta * big_phi / phi))
+
+
+_COARSE = np.linspace(0.0, 1.0, 96)
+_FINE = np.linspace(0.0, 1.0, 24)
+
+
+def _mix_cdf(w: np.ndarray, shift: np.ndarray, shape: np.ndarray, scale: np.ndarray, x: np.ndarray) -> np.ndarray:
+    z = np.maximum(x[..., None] - shift, 0.0) / scale
+    return (gammainc(shape, z) * w).sum(-1)
+
+
+def mixture_quantiles(
+    w: np.ndarray, shift: np.ndarray, shape: np.ndarray, scale: np.ndarray, qs: Sequence[float]
+) -> list[float]:
+    """Quantiles of sum_i w_i * (shift_i + Gamma(shape_i, scale_i)): a coarse grid, then one refinement."""
+    w = w / w.sum()
+    q = np.asarray(qs, dtype=float)
+    lo = float(shift.min())
+    hi = float(np.max(shift + shape * scale + 12.0 * np.sqrt(shape) * scale))
+    x = lo + (hi - lo) * _COARSE
+    cdf = _mix_cdf(w, shift, shape, scale, x)
+    j = np.clip(np.searchsorted(cdf, q), 1, len(x) - 1)
+    fine = x[j - 1][:, None] + (x[j] - x[j - 1])[:, None] * _FINE[None, :]
+    cdf2 = _mix_cdf(w, shift, shape, scale, fine)
+    out = []
+    for i, qi in enumerate(q):
+        xs, cs = fine[i], cdf2[i]
+        out.append(float(np.interp(qi, cs, xs)))
+    return out
+
+
+_RHO_GRID = (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.87, 0.93, 0.97, 0.985, 0.995)
+_LOAD: dict[tuple, tuple[list[float], list[float], list[float], list[float]]] = {}
+
+
+def _residence(op: OperatingPoint, mean_out: float) -> float:
+    return 0.5 * op.step_s + op.prefill_s + op.step_s / max(1e-9, 1.0 - op.prefill_share) * (mean_out - 1)
+
+
+def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float], list[float], list[float], list[float]]:
+    """One replica over a grid of rates up to its capacity (cached per replica type and lengths):
+    outstanding requests (rate x residence, Little), rate, time to first token A, per-token time tau.
+    Evaluations interpolate in it instead of re-solving the operating point."""
+    key = (id(tm), ln)
+    hit = _LOAD.get(key)
+    if hit is None:
+        lams = [r * mu for r in _RHO_GRID]
+        ops = [operating_point(tm, x, ln) for x in lams]
+        outs = [x * _residence(op, ln.mean_out) for x, op in zip(lams, ops, strict=True)]
+        for i in range(1, len(outs)):  # guard monotonicity against approximation wiggles
+            outs[i] = max(outs[i], outs[i - 1] + 1e-9)
+        a = [0.5 * op.step_s + op.prefill_s for op in ops]
+        tau = [op.step_s / max(1e-9, 1.0 - op.prefill_share) for op in ops]
+        if len(_LOAD) > 65536:
+            _LOAD.clear()
+        hit = _LOAD[key] = (outs, lams, a, tau)
+    return hit
+
+
+def _balance(
+    groups: list[tuple[ReplicaTiming, int, float, int]], lam: float, ln: Lengths
+) -> tuple[list[tuple[float, float]], list[float]]:
+    """(A, tau) and request share of each group under least-outstanding, capacity-weighted balancing.
+
+    The balancer equalises (outstanding + 1) / capacity across replicas, and outstanding = rate x
+    residence (Little), so at a common level ``c`` each replica holds ``c * mu_g - 1`` requests; its rate
+    follows from its (cached, monotone) outstanding-vs-rate curve, and ``c`` is found by bisection so
+    the rates add up to the tier's. Slow replicas hold requests longer and so get less than their
+    capacity share at light load.
+    """
+    total_cap = sum(n * mu for _, n, mu, _ in groups)
+    curves = [_load_curve(tm, mu, ln) for tm, _, mu, _ in groups]
+    if len(groups) == 1:
+        _, n, _, _ = groups[0]
+        _, ls, a, tau = curves[0]
+        return [(float(np.interp(lam / n, ls, a)), float(np.interp(lam / n, ls, tau)))], [1.0]
+    mus = np.array([mu for _, _, mu, _ in groups])
+    counts = np.array([n for _, n, _, _ in groups], dtype=float)
+
+    def total(c: np.ndarray) -> np.ndarray:  # tier rate at each level c (vectorised over c)
+        return sum(
+            n * np.interp(c * mu - 1.0, outs, lams)
+            for n, mu, (outs, lams, _, _) in zip(counts, mus, curves, strict=True)
+        )
+
+    lo, hi = 0.0, float(max((cv[0][-1] + 1.0) / mu for mu, cv in zip(mus, curves, strict=True)))
+    if float(total(np.array([hi]))[0]) < lam:
+        lams = [lam * mu / total_cap for _, _, mu, _ in groups]  # beyond the curves: capacity-proportional
+    else:
+        for _ in range(2):  # the rate is piecewise linear in c: a grid, then a finer grid in the bracket
+            cs = np.linspace(lo, hi, 64)
+            tot = total(cs)
+            j = int(np.clip(np.searchsorted(tot, lam), 1, len(cs) - 1))
+            lo, hi = float(cs[j - 1]), float(cs[j])
+        c = float(np.interp(lam, tot[j - 1 : j + 1], cs[j - 1 : j + 1]))
+        lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
+        got = sum(n * x for n, x in zip(counts, lams, strict=True))
+        lams = [x * lam / got for x in lams] if got > 0 else lams
+    at = [
+        (float(np.interp(x, cv[1], cv[2])), float(np.interp(x, cv[1], cv[3])))
+        for x, cv in zip(lams, curves, strict=True)
+    ]
+    return at, [n * x / lam for (_, n, _, _), x in zip(groups, lams, strict=True)]
+
+
+def fast_evaluate(
+    deployment: Sequence[ReplicaGroup],
+    scenario: Scenario,
+    stats: WorkloadStats,
+    tier_visits: Sequence[float],
+    tiers: Sequence[str],
+    mode: str = "preroute",
+    *,
+    judge_delay_s: float = JUDGE_DELAY_S,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    max_running: int = DEFAULT_MAX_RUNNING,
+) -> FastResult:
+    """Approximate latency quantiles, capacity and cost of a deployment under a tier split (module doc)."""
+    ln = Lengths(stats.mean_input, stats.input_sq_mean, stats.mean_output, stats.output_sq_mean)
+    rate = stats.rate_rps
+    tiers = list(tiers)
+    visits = [float(v) for v in tier_visits]
+    cost = plan_cost(deployment, scenario)
+    per_tier: list[list[tuple[ReplicaTiming, int, float, int]]] = [[] for _ in tiers]
+    for i, g in enumerate(deployment):
+        if g.tier not in tiers:
+            continue
+        tm = _timing(i, g, scenario, chunk_tokens, max_running)
+        mu, slots = _capacity(tm, ln)
+        per_tier[tiers.index(g.tier)].append((tm, g.count, mu, slots))
+    util = []
+    for k, groups in enumerate(per_tier):
+        cap = sum(c * mu for _, c, mu, _ in groups)
+        lam = rate * visits[k]
+        util.append(lam / cap if cap > 0 else (math.inf if lam > 0 else 0.0))
+    worst = max(util) if util else 0.0
+    capacity = rate / worst if worst > 0 else math.inf
+    if worst >= 1.0:
+        inf = math.inf
+        return FastResult(inf, inf, inf, rate / worst, capacity, tuple(util), False, cost)
+
+    var_o = max(stats.output_sq_mean - stats.mean_output**2, 1e-6)
+    cs2 = var_o / stats.mean_output**2
+    ca2 = stats.arrival_cv**2
+    # per tier: load-weighted fixed part A, per-token time tau, and slot-wait moments
+    tier_a, tier_tau, tier_w1, tier_w2, comps = [], [], [], [], []
+    for k, groups in enumerate(per_tier):
+        lam_k = rate * visits[k]
+        if lam_k <= 0 or not groups:
+            tier_a.append(0.0), tier_tau.append(0.0), tier_w1.append(0.0), tier_w2.append(0.0)
+            continue
+        rho = util[k]
+        slots = sum(c * s for _, c, _, s in groups)
+        at, shares = _balance(groups, lam_k, ln)
+        a_sum = tau_sum = svc = 0.0
+        for (a, tau), share in zip(at, shares, strict=True):
+            a_sum += share * a
+            tau_sum += share * tau
+            svc += share * (a + tau * (stats.mean_output - 1))
+            comps.append((k, share, a, tau))
+        ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
+        p_wait = _erlang_c(slots, rho)
+        wc = svc / (slots * (1.0 - rho)) * 0.5 * (ca2_k + cs2)
+        tier_a.append(a_sum), tier_tau.append(tau_sum)
+        tier_w1.append(p_wait * wc), tier_w2.append(2.0 * p_wait * wc * wc)
+
+    w_l, s_l, m_l, v_l = [], [], [], []
+    if mode == "cascade":
+        total = max(visits[0], 1e-12)
+        for j in range(len(tiers)):
+            ends = visits[j] - (visits[j + 1] if j + 1 < len(tiers) else 0.0)
+            if ends <= 1e-12:
+                continue
+            a = sum(tier_a[: j + 1]) + j * judge_delay_s
+            tau = sum(tier_tau[: j + 1])
+            w1 = sum(tier_w1[: j + 1])
+            w2 = sum(tier_w2[i] - tier_w1[i] ** 2 for i in range(j + 1))
+            w_l.append(ends / total), s_l.append(a - tau), m_l.append(tau * stats.mean_output + w1)
+            v_l.append(tau * tau * var_o + w2)
+    else:
+        for k, share, a, tau in comps:
+            w_l.append(visits[k] * share), s_l.append(a - tau), m_l.append(tau * stats.mean_output + tier_w1[k])
+            v_l.append(tau * tau * var_o + tier_w2[k] - tier_w1[k] ** 2)
+    w = np.asarray(w_l)
+    shift = np.asarray(s_l)
+    m = np.maximum(np.asarray(m_l), 1e-9)
+    v = np.maximum(np.asarray(v_l), 1e-12)
+    shape = m * m / v
+    scale = v / m
+    p50, p95 = mixture_quantiles(w, shift, shape, scale, (0.5, 0.95))
+    mean = float((w * (shift + m)).sum() / w.sum())
+    return FastResult(p95, p50, mean, rate, capacity, tuple(util), True, cost)

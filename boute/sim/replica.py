@@ -1,0 +1,183 @@
+"""One serving replica under SGLang-style continuous batching, advanced in closed-form jumps.
+
+Scheduling at every iteration boundary (SGLang's default, no mixed prefill/decode batches):
+
+1. *Prefill first*: if a chunked prompt is in progress, or the head of the FCFS queue can be admitted,
+   run one prefill iteration of up to ``chunk`` tokens (FCFS, the last prompt may be split). A request is
+   admitted only if its prompt + output tokens fit in the free KV tokens (reserved until it finishes, so
+   there is no preemption) and the running cap allows; otherwise it and everyone behind it wait.
+   The prefill iteration emits each finished prompt's first token.
+2. Otherwise, *decode*: every running sequence emits one token per step. Between events the batch is
+   fixed, so the replica jumps straight to the next completion (``ReplicaTiming.decode``); an arrival
+   that can be admitted cuts the jump at the first step boundary after it.
+
+The replica only keeps aggregate state (batch size, total context, a heap of finishing step numbers),
+so an event costs O(log batch) regardless of how many tokens it covers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from boute.sim.timing import ReplicaTiming
+
+IDLE, PREFILL, DECODE = 0, 1, 2
+
+
+class Replica:
+    """Mutable simulation state of one replica; the engine owns the clock and the event heap."""
+
+    __slots__ = (
+        "index",
+        "tier",
+        "group",
+        "timing",
+        "weight",
+        "now",
+        "plan",
+        "plan_end",
+        "plan_k",
+        "plan_items",
+        "version",
+        "waiting",
+        "partial",
+        "partial_done",
+        "batch",
+        "ctx",
+        "steps",
+        "finishing",
+        "kv_used",
+        "outstanding",
+        "served",
+        "busy_s",
+    )
+
+    def __init__(self, index: int, tier: int, group: int, timing: ReplicaTiming, weight: float) -> None:
+        self.index = index
+        self.tier = tier
+        self.group = group
+        self.timing = timing
+        self.weight = weight
+        self.now = 0.0  # state below is exact at this time (an iteration boundary)
+        self.plan = IDLE
+        self.plan_end = 0.0
+        self.plan_k = 0
+        self.plan_items: list[tuple[int, int, bool]] = []  # prefill: (request, tokens, prompt done)
+        self.version = 0
+        self.waiting: deque[int] = deque()
+        self.partial = -1  # request whose prompt is being prefilled in chunks
+        self.partial_done = 0
+        self.batch = 0  # running (decoding) sequences
+        self.ctx = 0.0  # their total context tokens
+        self.steps = 0  # decode steps taken so far
+        self.finishing: list[tuple[int, int]] = []  # heap of (step at which it finishes, request)
+        self.kv_used = 0
+        self.outstanding = 0  # requests assigned and not finished
+        self.served = 0
+        self.busy_s = 0.0
+
+    def can_admit(self, need: int) -> bool:
+        return self.kv_used + need <= self.timing.kv_capacity and self.batch < self.timing.max_running
+
+    def schedule(self, inp: list[int], out: list[int]) -> None:
+        """Choose the next iteration at ``self.now`` (prefill first) and set ``plan``/``plan_end``."""
+        tm = self.timing
+        items: list[tuple[int, int, bool]] = []
+        budget = tm.chunk
+        tokens = 0
+        sq = 0.0
+        admitted = self.batch
+        if self.partial >= 0:
+            rid, done = self.partial, self.partial_done
+            take = min(budget, inp[rid] - done)
+            sq += float(done + take) ** 2 - float(done) ** 2
+            items.append((rid, take, done + take >= inp[rid]))
+            tokens += take
+            budget -= take
+            admitted += 1
+        waiting = self.waiting
+        cap = tm.max_running
+        kv_cap = tm.kv_capacity
+        while waiting and budget > 0 and admitted < cap:
+            rid = waiting[0]
+            need = inp[rid] + out[rid]
+            if self.kv_used + need > kv_cap:
+                break
+            waiting.popleft()
+            self.kv_used += need
+            take = min(budget, inp[rid])
+            sq += float(take) * take
+            items.append((rid, take, take >= inp[rid]))
+            tokens += take
+            budget -= take
+            admitted += 1
+        if items:
+            self.plan = PREFILL
+            self.plan_items = items
+            dur = tm.prefill(tokens, sq)
+            self.plan_end = self.now + dur
+            self.busy_s += dur
+        elif self.batch:
+            k = self.finishing[0][0] - self.steps
+            self.plan = DECODE
+            self.plan_k = k
+            self.plan_end = self.now + tm.decode(self.batch, self.ctx, k)
+        else:
+            self.plan = IDLE
+        self.version += 1
+
+    def finish_plan(self, inp: list[int], out: list[int], ttft: list[float], done: list[int]) -> None:
+        """Apply the planned iteration(s) at ``plan_end``; finished requests are appended to ``done``."""
+        end = self.plan_end
+        if self.plan == PREFILL:
+            previous = self.partial
+            self.partial = -1
+            for rid, take, complete in self.plan_items:
+                if not complete:
+                    self.partial_done = (self.partial_done if rid == previous else 0) + take
+                    self.partial = rid
+                    continue
+                ttft[rid] = end
+                remaining = out[rid] - 1
+                if remaining <= 0:
+                    self._complete(rid, inp, out, done)
+                else:
+                    heapq.heappush(self.finishing, (self.steps + remaining, rid))
+                    self.batch += 1
+                    self.ctx += inp[rid] + 1
+            self.plan_items = []
+        elif self.plan == DECODE:
+            self.busy_s += end - self.now
+            k = self.plan_k
+            self.steps += k
+            self.ctx += self.batch * k
+            fin = self.finishing
+            while fin and fin[0][0] <= self.steps:
+                _, rid = heapq.heappop(fin)
+                self.batch -= 1
+                self.ctx -= inp[rid] + out[rid]
+                self._complete(rid, inp, out, done)
+        self.now = end
+
+    def _complete(self, rid: int, inp: list[int], out: list[int], done: list[int]) -> None:
+        self.kv_used -= inp[rid] + out[rid]
+        self.outstanding -= 1
+        self.served += 1
+        done.append(rid)
+
+    def cut_decode(self, t: float) -> bool:
+        """An admissible arrival at ``t`` interrupts the current decode jump at the next step boundary.
+
+        Returns True if the plan changed (the caller reschedules), False if the jump ends first anyway.
+        """
+        tm = self.timing
+        j = tm.steps_within(self.batch, self.ctx, t - self.now)
+        if j >= self.plan_k:
+            return False
+        dt = tm.decode(self.batch, self.ctx, j)
+        self.busy_s += dt
+        self.now += dt
+        self.steps += j
+        self.ctx += self.batch * j
+        return True

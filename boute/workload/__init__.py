@@ -1,0 +1,115 @@
+"""Request streams for the simulator and the optimiser: arrival times plus prompt/output token lengths.
+
+``build_workload(scenario)`` turns a scenario's ``workload:`` section into numpy arrays; everything is
+drawn from ``numpy.random.default_rng`` seeded by the scenario (or the ``seed`` argument), with
+independent streams for arrivals and lengths, so a fixed seed gives the same workload every time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from boute.data import data_path
+from boute.specs.scenario import Scenario
+from boute.workload.arrivals import read_trace, renewal_arrivals, trace_arrivals
+from boute.workload.profiles import profile_lengths
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrival_s: np.ndarray  # float64, sorted, seconds from 0
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    prompt_index: np.ndarray  # int64 row of the quality profile (lengths.source == "profile"), else -1
+    rate_rps: float
+    duration_s: float
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+@dataclass(frozen=True)
+class WorkloadStats:
+    """The moments the analytical fast path needs (cheap to pass around, hashable)."""
+
+    rate_rps: float
+    arrival_cv: float
+    mean_input: float
+    mean_output: float
+    input_sq_mean: float
+    output_sq_mean: float
+    p95_output: float
+
+
+def _lengths(scenario: Scenario, n: int, trace_rows: np.ndarray | None, rng: np.random.Generator):  # type: ignore[no-untyped-def]
+    spec = scenario.workload.lengths
+    base = scenario.source.parent if scenario.source is not None else None
+    pidx = np.full(n, -1, dtype=np.int64)
+    if spec.source == "profile":
+        models = tuple(t.quality_model or t.name for t in scenario.tiers)
+        prof = profile_lengths(scenario.quality.profile, scenario.quality.format, models, base)
+        pidx = rng.integers(0, len(prof.input_tokens), n).astype(np.int64)
+        inp, out = prof.input_tokens[pidx], prof.output_tokens[pidx]
+    elif spec.source == "trace":
+        trace = read_trace(data_path(scenario.workload.arrivals.trace, base))
+        rows = trace_rows if trace_rows is not None else rng.integers(0, len(trace.context_tokens), n)
+        rows = rows % len(trace.context_tokens)
+        inp, out = trace.context_tokens[rows], trace.generated_tokens[rows]
+    elif spec.source == "fixed":
+        inp = np.full(n, spec.input_tokens)
+        out = np.full(n, spec.output_tokens)
+    else:  # lognormal with the given means: mu = ln(mean) - sigma^2 / 2
+        s = spec.sigma
+        inp = rng.lognormal(np.log(spec.input_tokens) - s * s / 2, s, n)
+        out = rng.lognormal(np.log(spec.output_tokens) - s * s / 2, s, n)
+    inp = np.clip(np.rint(np.asarray(inp, dtype=float) * spec.scale), 1, spec.max_input).astype(np.int64)
+    out = np.clip(np.rint(np.asarray(out, dtype=float) * spec.scale), 1, spec.max_output).astype(np.int64)
+    return inp, out, pidx
+
+
+def build_workload(
+    scenario: Scenario, *, rate_rps: float | None = None, duration_s: float | None = None, seed: int | None = None
+) -> Workload:
+    """The scenario's request stream over ``duration_s`` at ``rate_rps`` (defaults from the scenario).
+
+    Trace arrivals replay the trace scaled to the rate (see :mod:`boute.workload.arrivals`); with
+    ``lengths.source == "trace"`` each arrival keeps its own trace row's lengths. Profile lengths sample
+    prompts uniformly with replacement and record the row in ``prompt_index``.
+    """
+    wl = scenario.workload
+    rate = float(rate_rps if rate_rps is not None else wl.rate_rps)
+    duration = float(duration_s if duration_s is not None else wl.duration_s)
+    if not (rate > 0 and duration > 0):
+        raise ValueError(f"rate_rps and duration_s must be > 0, got {rate} and {duration}")
+    seq = np.random.SeedSequence(wl.seed if seed is None else seed)
+    rng_arrivals, rng_lengths = (np.random.default_rng(s) for s in seq.spawn(2))
+    base = scenario.source.parent if scenario.source is not None else None
+    trace_rows = None
+    if wl.arrivals.kind == "trace":
+        arrivals, trace_rows = trace_arrivals(read_trace(data_path(wl.arrivals.trace, base)), rate, duration)
+    else:
+        arrivals = renewal_arrivals(wl.arrivals.kind, rate, duration, wl.arrivals.cv, rng_arrivals)
+    inp, out, pidx = _lengths(scenario, len(arrivals), trace_rows, rng_lengths)
+    return Workload(arrivals.astype(np.float64), inp, out, pidx, rate, duration)
+
+
+def workload_stats(w: Workload) -> WorkloadStats:
+    """Rate, arrival burstiness and length moments of a workload."""
+    gaps = np.diff(w.arrival_s)
+    cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else 1.0
+    inp = w.input_tokens.astype(float)
+    out = w.output_tokens.astype(float)
+    return WorkloadStats(
+        rate_rps=float(w.rate_rps),
+        arrival_cv=cv,
+        mean_input=float(inp.mean()),
+        mean_output=float(out.mean()),
+        input_sq_mean=float((inp * inp).mean()),
+        output_sq_mean=float((out * out).mean()),
+        p95_output=float(np.percentile(out, 95)),
+    )
+
+
+__all__ = ["Workload", "WorkloadStats", "build_workload", "workload_stats"]

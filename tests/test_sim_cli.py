@@ -1,0 +1,131 @@
+"""``boute simulate``: JSON output, and bad scenario/plan files as one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from boute.cli.main import main
+
+PLAN = {
+    "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4]},
+    "deployment": [
+        {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 2},
+        {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4},
+    ],
+}
+SCENARIO = """
+name: tiny
+cluster: {gpus: {h100-sxm: 4, rtx-4090: 4}, budget_per_hour: 30}
+tiers:
+  - {name: small, model: llama-3.1-8b, quality_model: mistralai/Mixtral-8x7B-Instruct-v0.1}
+  - {name: large, model: llama-3.1-70b, quality_model: gpt-4-1106-preview}
+workload: {arrivals: {kind: poisson}, rate_rps: 10, duration_s: 10}
+"""
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_simulate_prints_json(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    (tmp_path / "p.json").write_text(json.dumps(PLAN))
+    code, out, _ = _run(
+        [
+            "simulate",
+            "--scenario",
+            str(tmp_path / "s.yaml"),
+            "--plan",
+            str(tmp_path / "p.json"),
+            "--json",
+            "--rate",
+            "8",
+            "--seed",
+            "1",
+        ],
+        capsys,
+    )
+    assert code == 0
+    res = json.loads(out)
+    for k in ("p50_latency_s", "p95_latency_s", "throughput_rps", "cost_per_hour"):
+        assert isinstance(res[k], float) and res[k] > 0
+    assert res["rate_rps"] == 8 and res["within_budget"] is True
+
+
+@pytest.mark.parametrize(
+    "what,edit,expect",
+    [
+        (
+            "plan",
+            lambda p, s: p["deployment"][0].update(gpu="rtx-9999"),
+            r"p.json: deployment\[0\].gpu: unknown GPU 'rtx-9999'",
+        ),
+        ("plan", lambda p, s: p["deployment"][1].update(tp=3), r"p.json: deployment\[1\].tp: tp=3 does not divide"),
+        (
+            "plan",
+            lambda p, s: p["deployment"][1].update(gpu="rtx-4090", tp=1),
+            r"deployment\[1\] \(large: .*cannot serve",
+        ),
+        (
+            "scenario",
+            lambda p, s: s.replace("budget_per_hour: 30", "budget_per_hour: -5"),
+            r"s.yaml: cluster.budget_per_hour: .*greater than 0",
+        ),
+        (
+            "scenario",
+            lambda p, s: s.replace("h100-sxm: 4,", "h100-sxm: 4, b300-xl: 2,"),
+            r"s.yaml: cluster.gpus: unknown GPU 'b300-xl'",
+        ),
+        ("scenario", lambda p, s: s.replace("tiers:", "tiers: [\n"), r"s.yaml: line \d+: malformed YAML"),
+    ],
+)
+def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys, what, edit, expect) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    plan = json.loads(json.dumps(PLAN))
+    edited = edit(plan, SCENARIO)  # plan edits mutate `plan` in place; scenario edits return the new text
+    scen = edited if what == "scenario" else SCENARIO
+    (tmp_path / "s.yaml").write_text(scen)
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    code, out, err = _run(
+        ["simulate", "--scenario", str(tmp_path / "s.yaml"), "--plan", str(tmp_path / "p.json"), "--json"], capsys
+    )
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert re.search(expect, lines[0]), lines[0]
+
+
+def test_demo_command_runs_as_a_process() -> None:
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "boute.cli.main",
+            "simulate",
+            "--plan",
+            "examples/plan-paper.json",
+            "--json",
+            "--duration",
+            "10",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["within_budget"] and res["within_inventory"] and res["completed"] == res["requests"]

@@ -1,0 +1,123 @@
+"""Workload: trace replay scaled to the rate, synthetic arrivals, lengths from profile/trace, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from boute.data import data_path
+from boute.specs import load_scenario
+from boute.workload import build_workload, workload_stats
+from boute.workload.arrivals import read_trace
+from boute.workload.profiles import profile_lengths
+from boute.workload.tokens import count_tokens
+
+
+def _with(scenario, arrivals=None, lengths=None, **wl):  # type: ignore[no-untyped-def]
+    w = scenario.workload
+    upd = dict(wl)
+    if arrivals:
+        upd["arrivals"] = w.arrivals.model_copy(update=arrivals)
+    if lengths:
+        upd["lengths"] = w.lengths.model_copy(update=lengths)
+    return scenario.model_copy(update={"workload": w.model_copy(update=upd)})
+
+
+@pytest.fixture(scope="module")
+def sc():  # type: ignore[no-untyped-def]
+    return load_scenario(None)
+
+
+def test_trace_replay_scaled_to_rate(sc) -> None:  # type: ignore[no-untyped-def]
+    trace = read_trace(data_path("builtin:azure-conv"))
+    assert len(trace.offset_s) == 19366
+    assert 5.0 < trace.rate_rps < 6.0
+    w = build_workload(sc, rate_rps=20, duration_s=3600)
+    assert abs(len(w) - 72000) / 72000 < 0.02  # one trace hour = one simulated hour at 20/5.4 the density
+    assert w.arrival_s[0] == 0.0 and np.all(np.diff(w.arrival_s) >= 0) and w.arrival_s[-1] < 3600
+    gaps = np.diff(w.arrival_s)
+    assert 0.9 < gaps.std() / gaps.mean() < 1.4  # the trace's burstiness survives scaling
+
+
+def test_trace_wraps_around_when_horizon_exceeds_it(sc) -> None:  # type: ignore[no-untyped-def]
+    trace = read_trace(data_path("builtin:azure-conv"))
+    w = build_workload(sc, rate_rps=trace.rate_rps, duration_s=2 * trace.offset_s[-1])
+    assert abs(len(w) - 2 * 19366) <= 3
+    # the second pass repeats the first pass's gaps
+    g = np.diff(w.arrival_s)
+    np.testing.assert_allclose(g[19366 : 19366 + 100], g[:100], rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind,cv", [("poisson", 1.0), ("gamma", 2.0), ("gamma", 0.5)])
+def test_synthetic_arrivals_rate_and_cv(sc, kind: str, cv: float) -> None:  # type: ignore[no-untyped-def]
+    w = build_workload(_with(sc, arrivals={"kind": kind, "cv": cv}), rate_rps=50, duration_s=400)
+    assert abs(len(w) / 400 - 50) / 50 < 0.05
+    g = np.diff(w.arrival_s)
+    assert abs(g.std() / g.mean() - cv) / cv < 0.1
+
+
+def test_profile_lengths_follow_prompts(sc) -> None:  # type: ignore[no-untyped-def]
+    w = build_workload(sc, rate_rps=50, duration_s=20)
+    models = tuple(t.quality_model for t in sc.tiers)
+    prof = profile_lengths("builtin:gsm8k", "auto", models)
+    assert len(prof.input_tokens) == 1319 and prof.models == models
+    assert w.prompt_index.min() >= 0 and w.prompt_index.max() < 1319
+    np.testing.assert_array_equal(w.input_tokens, prof.input_tokens[w.prompt_index])
+    np.testing.assert_array_equal(w.output_tokens, prof.output_tokens[w.prompt_index])
+    assert 40 < prof.input_tokens.mean() < 80  # GSM8K questions are short
+    assert 80 < prof.output_tokens.mean() < 150  # worked answers
+
+
+def test_mtbench_profile_has_two_turns_per_question() -> None:
+    prof = profile_lengths("builtin:mt-bench", "auto", ("gpt-4-1106-preview",))
+    assert len(prof.input_tokens) == 160
+    # turn 2 prompts hold the whole first exchange, so they are longer than turn 1's
+    assert prof.input_tokens[1::2].mean() > 3 * prof.input_tokens[0::2].mean()
+
+
+def test_trace_lengths_follow_trace_rows(sc) -> None:  # type: ignore[no-untyped-def]
+    s = _with(sc, lengths={"source": "trace", "max_input": 100000, "max_output": 100000})
+    w = build_workload(s, rate_rps=10, duration_s=50)
+    trace = read_trace(data_path("builtin:azure-conv"))
+    np.testing.assert_array_equal(w.input_tokens, trace.context_tokens[: len(w)])
+    np.testing.assert_array_equal(w.output_tokens, trace.generated_tokens[: len(w)])
+    assert np.all(w.prompt_index == -1)
+
+
+def test_synthetic_lengths_scale_and_caps(sc) -> None:  # type: ignore[no-untyped-def]
+    s = _with(sc, lengths={"source": "lognormal", "input_tokens": 400, "output_tokens": 200, "sigma": 0.5})
+    w = build_workload(s, rate_rps=100, duration_s=100)
+    assert abs(w.input_tokens.mean() - 400) / 400 < 0.05 and abs(w.output_tokens.mean() - 200) / 200 < 0.05
+    s2 = _with(
+        sc, lengths={"source": "fixed", "input_tokens": 300, "output_tokens": 50, "scale": 2.0, "max_input": 500}
+    )
+    w2 = build_workload(s2, rate_rps=10, duration_s=10)
+    assert set(w2.input_tokens.tolist()) == {500} and set(w2.output_tokens.tolist()) == {100}
+
+
+def test_deterministic_for_a_seed(sc) -> None:  # type: ignore[no-untyped-def]
+    s = _with(sc, arrivals={"kind": "poisson"})
+    a, b, c = (build_workload(s, rate_rps=30, duration_s=30, seed=k) for k in (1, 1, 2))
+    for f in ("arrival_s", "input_tokens", "output_tokens", "prompt_index"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    assert not np.array_equal(a.prompt_index, c.prompt_index)
+
+
+def test_workload_stats(sc) -> None:  # type: ignore[no-untyped-def]
+    w = build_workload(sc, rate_rps=40, duration_s=60)
+    st = workload_stats(w)
+    assert st.rate_rps == 40
+    assert st.mean_input == pytest.approx(w.input_tokens.mean())
+    assert st.output_sq_mean >= st.mean_output**2
+    assert st.p95_output >= st.mean_output
+
+
+def test_token_counts_and_disk_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from boute.workload.tokens import cached_counts
+
+    assert count_tokens(["hello world", ""]).tolist() == [2, 0]
+    monkeypatch.setenv("BOUTE_CACHE_DIR", str(tmp_path))
+    first = cached_counts(["unit-test"], {"a": ["one two three"]})
+    assert first["a"].tolist() == [3]
+    assert len(list((tmp_path / "tokens").glob("*.npz"))) == 1
+    assert cached_counts(["unit-test"], {"a": ["one two three"]})["a"].tolist() == [3]
