@@ -1,0 +1,278 @@
+"""HTTP face of the emulated backend: OpenAI (/v1/...) and SGLang-native (/generate, /get_model_info) API.
+
+Plain Starlette (no per-request pydantic) so the backend's own CPU cost stays small next to the gateway's
+when both are measured on one machine. A client that disconnects cancels its sequence in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from backends.emulated.engine import Engine, Sequence
+from backends.emulated.profile import CHAT_TEMPLATE_TOKENS, ReplicaConfig, Responder, count_tokens
+
+_ids = itertools.count(1)
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status, media_type="application/json")
+
+
+def _error(status: int, message: str, param: str | None = None) -> Response:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return _json({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
+
+
+class _Bad(Exception):
+    pass
+
+
+class CancellingStream(StreamingResponse):
+    """Races the send loop with a disconnect listener and always closes the generator (cancels the seq)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sender = asyncio.ensure_future(self.stream_response(send))
+        watcher = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait({sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (sender, watcher):
+                t.cancel()
+            await asyncio.gather(sender, watcher, return_exceptions=True)
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    raise _Bad("message content must be a string or a list of parts")
+
+
+def _max_tokens(body: dict[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = body.get(k)
+        if v is not None:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise _Bad(f"'{k}' must be a positive integer")
+            return v
+    return None
+
+
+def create_app(cfg: ReplicaConfig) -> Starlette:
+    from boute.catalog import builtin_catalog
+    from boute.perf import replica_perf
+
+    cat = builtin_catalog()
+    perf = replica_perf(cat.model(cfg.model), cat.gpu(cfg.gpu), tp=cfg.tp, pp=cfg.pp, dtype=cfg.dtype)
+    responder = Responder(cfg)
+    engine = Engine(perf, speedup=cfg.speedup, max_running=cfg.max_running)
+    name = cfg.name
+
+    async def _wait_or_cancel(request: Request, seq: Sequence) -> bool:
+        """Wait for a non-streamed sequence; False (and cancelled) if the client went away first."""
+
+        async def disconnected() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        watcher = asyncio.ensure_future(disconnected())
+        try:
+            await asyncio.wait({seq.done, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if not seq.done.done():
+            engine.cancel(seq)
+            return False
+        return True
+
+    async def _parse(request: Request) -> dict[str, Any]:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise _Bad(f"invalid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise _Bad("body must be a JSON object")
+        return body
+
+    async def openai(request: Request) -> Response:
+        chat = request.url.path.endswith("/chat/completions")
+        try:
+            body = await _parse(request)
+            if chat:
+                msgs = body.get("messages")
+                if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+                    raise _Bad("'messages' must be a non-empty list of objects")
+                texts = [_text(m.get("content")) for m in msgs]
+                users = [t for m, t in zip(msgs, texts, strict=True) if m.get("role") == "user"]
+                prompt = users[-1] if users else texts[-1]
+                prompt_tokens = sum(count_tokens(t) for t in texts) + CHAT_TEMPLATE_TOKENS
+            else:
+                p = body.get("prompt")
+                prompt = p[0] if isinstance(p, list) and p and isinstance(p[0], str) else p
+                if not isinstance(prompt, str):
+                    raise _Bad("'prompt' must be a string")
+                prompt_tokens = count_tokens(prompt)
+            max_tokens = _max_tokens(body, "max_completion_tokens", "max_tokens")
+            stream = bool(body.get("stream"))
+        except _Bad as exc:
+            return _error(400, str(exc))
+        out, truncated = responder.answer(prompt, max_tokens)
+        finish = "length" if truncated else "stop"
+        seq = engine.submit(out, prompt_tokens, stream)
+        rid, created = f"{'chatcmpl' if chat else 'cmpl'}-emu{next(_ids)}", int(time.time())
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(out),
+            "total_tokens": prompt_tokens + len(out),
+        }
+        if not stream:
+            if not await _wait_or_cancel(request, seq):
+                return Response(status_code=499)
+            text = seq.text()
+            choice: dict[str, Any] = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+            )
+            obj = "chat.completion" if chat else "text_completion"
+            return _json(
+                {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": usage}
+            )
+
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":[' % (
+            rid.encode(),
+            obj.encode(),
+            created,
+            orjson.dumps(name),
+        )
+
+        def chunk(piece: str | None, fin: str | None) -> bytes:
+            if chat:
+                delta = {} if piece is None else {"content": piece}
+                c = {"index": 0, "delta": delta, "finish_reason": fin}
+            else:
+                c = {"index": 0, "text": piece or "", "finish_reason": fin, "logprobs": None}
+            return b"data: " + head + orjson.dumps(c) + b"]}\n\n"
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                if chat:
+                    yield (
+                        b"data: "
+                        + head
+                        + b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+                    )
+                q = seq.stream
+                assert q is not None
+                while (piece := await q.get()) is not None:
+                    yield chunk(piece, None)
+                yield chunk(None, finish)
+                yield b"data: [DONE]\n\n"
+            finally:
+                engine.cancel(seq)  # no-op once finished; frees the batch slot when the client left
+
+        return CancellingStream(events(), media_type="text/event-stream")
+
+    async def generate(request: Request) -> Response:
+        """SGLang native: {"text", "sampling_params": {"max_new_tokens"}, "stream"}."""
+        try:
+            body = await _parse(request)
+            prompt = body.get("text")
+            if not isinstance(prompt, str):
+                raise _Bad("'text' must be a string")
+            sp = body.get("sampling_params") or {}
+            if not isinstance(sp, dict):
+                raise _Bad("'sampling_params' must be an object")
+            max_tokens = _max_tokens(sp, "max_new_tokens")
+        except _Bad as exc:
+            return _error(400, str(exc))
+        out, truncated = responder.answer(prompt, max_tokens)
+        prompt_tokens = count_tokens(prompt)
+        stream = bool(body.get("stream"))
+        seq = engine.submit(out, prompt_tokens, stream)
+
+        def meta(done: bool) -> dict[str, Any]:
+            fin = ({"type": "length", "length": len(out)} if truncated else {"type": "stop"}) if done else None
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": seq.emitted, "finish_reason": fin}
+
+        if not stream:
+            if not await _wait_or_cancel(request, seq):
+                return Response(status_code=499)
+            return _json({"text": seq.text(), "meta_info": meta(True)})
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                q = seq.stream
+                assert q is not None
+                while await q.get() is not None:
+                    yield b"data: " + orjson.dumps({"text": seq.text(), "meta_info": meta(False)}) + b"\n\n"
+                yield b"data: " + orjson.dumps({"text": seq.text(), "meta_info": meta(True)}) + b"\n\n"
+                yield b"data: [DONE]\n\n"
+            finally:
+                engine.cancel(seq)
+
+        return CancellingStream(events(), media_type="text/event-stream")
+
+    async def models(request: Request) -> Response:
+        return _json(
+            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "boute-emulated"}]}
+        )
+
+    async def health(request: Request) -> Response:
+        return Response(b"", 200)
+
+    async def model_info(request: Request) -> Response:
+        return _json({"model_path": name, "tokenizer_path": name, "is_generation": True})
+
+    async def server_info(request: Request) -> Response:
+        return _json(
+            {
+                **cfg.model_dump(),
+                "kv_capacity_tokens": engine.kv_capacity,
+                "running": len(engine.running),
+                "waiting": len(engine.waiting),
+                "iterations": engine.iterations,
+                "tokens_out": engine.tokens_out,
+            }
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    routes = [
+        Route("/v1/chat/completions", openai, methods=["POST"]),
+        Route("/v1/completions", openai, methods=["POST"]),
+        Route("/generate", generate, methods=["POST"]),
+        Route("/v1/models", models),
+        Route("/health", health),
+        Route("/health_generate", health),
+        Route("/get_model_info", model_info),
+        Route("/model_info", model_info),
+        Route("/get_server_info", server_info),
+        Route("/server_info", server_info),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.engine = engine
+    return app

@@ -1,0 +1,156 @@
+"""Continuous batching on a modelled clock: why the emulated backend slows down under load like SGLang.
+
+One scheduler task runs iterations. Each iteration admits waiting requests whose whole KV footprint
+(prompt + answer) fits the replica's modelled KV pool and the running-request cap, prefills them (their
+first token comes out of the prefill), then runs one decode step for every sequence already running,
+which emits one token each. The iteration lasts ``prefill_time + decode_step_time`` from the perf model,
+divided by ``speedup``; the clock is absolute so event-loop jitter does not accumulate. More concurrent
+requests -> bigger decode batches -> longer steps -> slower tokens, and a full pool -> queueing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from boute.perf import ReplicaPerf
+
+#: how far (seconds, real time) the modelled clock may lag before it is reset instead of caught up
+MAX_LAG_S = 0.05
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One request inside the engine: the pieces (tokens) it will emit and where they go."""
+
+    pieces: list[str]
+    input_tokens: int
+    stream: asyncio.Queue[str | None] | None
+    done: asyncio.Future[None]
+    emitted: int = 0
+    cancelled: bool = False
+    arrived: float = field(default_factory=time.monotonic)
+    first_token_at: float = 0.0
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.pieces)
+
+    def text(self) -> str:
+        return "".join(self.pieces[: self.emitted])
+
+
+class Engine:
+    def __init__(self, perf: ReplicaPerf, speedup: float = 1.0, max_running: int = 256) -> None:
+        if not perf.fits:
+            raise ValueError(f"replica does not fit: {perf.reason}")
+        self.perf = perf
+        self.speedup = speedup
+        self.max_running = max_running
+        self.kv_capacity = perf.kv_capacity_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.kv_used = 0
+        self.iterations = 0
+        self.tokens_out = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="emulated-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def submit(self, pieces: list[str], input_tokens: int, stream: bool) -> Sequence:
+        loop = asyncio.get_running_loop()
+        seq = Sequence(pieces or [""], max(1, input_tokens), asyncio.Queue() if stream else None, loop.create_future())
+        self.waiting.append(seq)
+        self._wake.set()
+        return seq
+
+    def cancel(self, seq: Sequence) -> None:
+        """The client went away: the sequence leaves the batch at the next iteration."""
+        seq.cancelled = True
+
+    # ---- scheduler ----------------------------------------------------------------------------
+    def _emit(self, seq: Sequence) -> None:
+        piece = seq.pieces[seq.emitted]
+        seq.emitted += 1
+        self.tokens_out += 1
+        if seq.stream is not None:
+            seq.stream.put_nowait(piece)
+
+    def _finish(self, seq: Sequence) -> None:
+        self.kv_used -= seq.input_tokens + seq.output_tokens
+        if seq.stream is not None:
+            seq.stream.put_nowait(None)
+        if not seq.done.done():
+            seq.done.set_result(None)
+
+    def _admit(self) -> list[Sequence]:
+        admitted: list[Sequence] = []
+        while self.waiting and len(self.running) + len(admitted) < self.max_running:
+            seq = self.waiting[0]
+            if seq.cancelled:
+                self.waiting.popleft()
+                if not seq.done.done():
+                    seq.done.set_result(None)
+                continue
+            need = seq.input_tokens + seq.output_tokens
+            if self.kv_used + need > self.kv_capacity and (self.running or admitted):
+                break  # wait for memory; a lone oversized request still runs (SGLang would chunk it)
+            self.waiting.popleft()
+            self.kv_used += need
+            admitted.append(seq)
+        return admitted
+
+    def iteration_time(self, admitted: list[Sequence], decoding: list[Sequence]) -> float:
+        t = 0.0
+        if admitted:
+            toks = sum(s.input_tokens for s in admitted)
+            sq = sum(s.input_tokens * s.input_tokens for s in admitted)
+            t += float(self.perf.prefill_time(toks, sq))
+        if decoding:
+            ctx = sum(s.input_tokens + s.emitted for s in decoding)
+            t += float(self.perf.decode_step_time(len(decoding), ctx))
+        return t
+
+    async def _loop(self) -> None:
+        clock = time.monotonic()
+        while True:
+            if not self.waiting and not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                clock = time.monotonic()
+            for seq in [s for s in self.running if s.cancelled]:
+                self.running.remove(seq)
+                self._finish(seq)
+            admitted = self._admit()
+            decoding = list(self.running)
+            if not admitted and not decoding:
+                continue
+            clock += self.iteration_time(admitted, decoding) / self.speedup
+            now = time.monotonic()
+            if clock < now - MAX_LAG_S:
+                clock = now
+            await asyncio.sleep(max(0.0, clock - now))
+            self.iterations += 1
+            for seq in admitted:  # prefill yields the first token
+                seq.first_token_at = time.monotonic()
+                self._emit(seq)
+                self.running.append(seq)
+            fresh = {id(s) for s in admitted}
+            still: list[Sequence] = []
+            for seq in self.running:
+                if id(seq) not in fresh and not seq.cancelled and seq.emitted < seq.output_tokens:
+                    self._emit(seq)
+                if seq.cancelled or seq.emitted >= seq.output_tokens:
+                    self._finish(seq)
+                else:
+                    still.append(seq)
+            self.running = still

@@ -1,0 +1,98 @@
+"""What an emulated replica is (model, GPU, TP, PP, profile column) and what it answers.
+
+Known prompts (exact text of a quality profile's prompt) get that model's recorded response, so a
+gateway's routing decisions produce the answers, and hence the quality, the profile measured. Anything
+else gets filler text of the requested length. Tokens are approximated as 4-character pieces (the usual
+rule of thumb for English with Llama-style tokenizers); the pieces reassemble the exact text.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from boute.errors import SpecError
+
+CHARS_PER_TOKEN = 4
+#: chat template tokens added around the messages (approximate)
+CHAT_TEMPLATE_TOKENS = 8
+FILLER = (
+    "This is emulated output from a BOute test backend; the prompt was not in the quality profile, "
+    "so the text only has the right length. "
+)
+
+
+class ReplicaConfig(BaseModel):
+    """One emulated replica: hardware for timing, profile column for answers, where it listens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    gpu: str
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dtype: str = "bf16"
+    port: int = 0
+    host: str = "127.0.0.1"
+    served_model_name: str | None = None
+    profile: str | None = Field("builtin:gsm8k", description="quality profile whose responses are replayed")
+    profile_model: str | None = Field(None, description="the profile's model column (None: filler only)")
+    speedup: PositiveFloat = 1.0
+    default_output_tokens: PositiveInt = 128
+    max_running: PositiveInt = 256
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or self.model
+
+
+@lru_cache(maxsize=8)
+def load_responses(profile: str, column: str) -> dict[str, str]:
+    """prompt -> recorded response of ``column`` from a RouteLLM-style CSV (``<column>_response``)."""
+    from boute.data import data_path
+
+    path = data_path(profile)
+    if path.suffix != ".csv":
+        raise SpecError(profile, None, "the emulated backend replays RouteLLM-style CSV profiles only")
+    if not Path(path).exists():
+        raise SpecError(profile, None, "file not found")
+    key = f"{column}_response"
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None or key not in reader.fieldnames:
+            raise SpecError(profile, key, "no such response column in the profile")
+        return {row["prompt"].strip(): row[key] for row in reader if row.get("prompt")}
+
+
+def pieces(text: str) -> list[str]:
+    return [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
+
+
+def count_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+class Responder:
+    """Chooses the answer (as token pieces) for a prompt."""
+
+    def __init__(self, cfg: ReplicaConfig) -> None:
+        self.cfg = cfg
+        self.known = load_responses(cfg.profile, cfg.profile_model) if cfg.profile and cfg.profile_model else {}
+
+    def answer(self, prompt: str, max_tokens: int | None) -> tuple[list[str], bool]:
+        """(pieces, truncated?) for the prompt, capped at ``max_tokens``."""
+        recorded = self.known.get(prompt.strip())
+        if recorded is not None:
+            out = pieces(recorded)
+        else:
+            n = max_tokens or self.cfg.default_output_tokens
+            reps = math.ceil(n * CHARS_PER_TOKEN / len(FILLER))
+            out = pieces((FILLER * reps)[: n * CHARS_PER_TOKEN])
+            return out, max_tokens is not None  # filler stops only because max_tokens does
+        if max_tokens is not None and len(out) > max_tokens:
+            return out[:max_tokens], True
+        return out, False

@@ -1,0 +1,183 @@
+"""FastAPI app factory: the OpenAI-compatible endpoints, health/readiness, metrics and admin.
+
+Every error, including framework ones (unknown route, wrong method), is answered in OpenAI's JSON error
+shape so OpenAI clients surface a readable message.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from boute.errors import BouteError, from_validation_error
+from boute.specs.plan import Plan, check_plan_hardware
+from router.config import Settings
+from router.gateway import Gateway
+from router.openai_io import CHAT, CHAT_SCHEMA, COMPLETION, COMPLETION_SCHEMA, body_spec, error_response
+from router.state import BACKENDS, BackendSpec, SharedStateUnavailable
+
+PLAN_SCHEMA = {"type": "object", "description": "a BOute plan (see docs/router.md)"}
+BACKENDS_SCHEMA = {"type": "array", "items": {"type": "object"}, "description": "list of BackendSpec"}
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status, media_type="application/json")
+
+
+def create_app(
+    settings: Settings | None = None, plan: Plan | None = None, backends: list[BackendSpec] | None = None
+) -> FastAPI:
+    """A gateway app; ``plan``/``backends`` given here win over the files named in ``settings``."""
+    settings = settings or Settings.from_env()
+    gw = Gateway(settings, plan, backends)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.stop()
+
+    app = FastAPI(title="BOute gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = gw
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        code = "not_found" if exc.status_code == 404 else None
+        return error_response(exc.status_code, str(exc.detail), code=code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(422, f"invalid request: {exc.errors()[0].get('msg', 'invalid')}")
+
+    # ---- OpenAI API ---------------------------------------------------------------------------
+    @app.post("/v1/chat/completions", openapi_extra=body_spec(CHAT_SCHEMA))
+    async def chat_completions(request: Request) -> Response:
+        """OpenAI chat completions, routed to a tier (``model``: ``boute`` = automatic, ``router-<tier>``)."""
+        return await gw.handle(request, CHAT)
+
+    @app.post("/v1/completions", openapi_extra=body_spec(COMPLETION_SCHEMA))
+    async def completions(request: Request) -> Response:
+        """OpenAI text completions, routed like chat completions."""
+        return await gw.handle(request, COMPLETION)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        names = gw.policy.model_names() if gw.policy is not None else []
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "boute"} for n in names]
+        return _json({"object": "list", "data": data})
+
+    # ---- operations ---------------------------------------------------------------------------
+    @app.get("/health")
+    async def health() -> Response:
+        """Liveness: the process answers."""
+        return _json({"status": "ok"})
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        """Readiness: a plan is loaded and every tier has at least one healthy replica."""
+        ok, reason = gw.ready()
+        return _json({"ready": ok, "reason": reason}, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    # ---- admin ----------------------------------------------------------------------------------
+    def _auth(request: Request) -> Response | None:
+        token = settings.admin_token
+        if not token:
+            return error_response(403, "admin API disabled: set BOUTE_ADMIN_TOKEN", "permission_error")
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return error_response(401, "missing or wrong bearer token", "authentication_error")
+        return None
+
+    @app.get("/admin/plan")
+    async def get_plan(request: Request) -> Response:
+        if (denied := _auth(request)) is not None:
+            return denied
+        plan = gw.state.plan
+        data = plan.model_dump(mode="json", exclude_none=True) if plan is not None else None
+        return _json({"version": gw.state.plan_version, "plan": data, "shared": gw.state.connected})
+
+    @app.put("/admin/plan", openapi_extra=body_spec(PLAN_SCHEMA))
+    async def put_plan(request: Request) -> Response:
+        """Replace the live plan on every instance; an invalid plan is a 422 and the old one stays."""
+        if (denied := _auth(request)) is not None:
+            return denied
+        try:
+            plan = Plan.model_validate_json(await request.body())
+            from boute.catalog import builtin_catalog
+
+            check_plan_hardware(plan, builtin_catalog(), "plan")
+        except ValidationError as exc:
+            return error_response(422, str(from_validation_error(exc, "plan")), code="invalid_plan")
+        except BouteError as exc:
+            return error_response(422, str(exc), code="invalid_plan")
+        try:
+            version = await gw.state.put_plan(plan)
+        except SharedStateUnavailable as exc:
+            return error_response(503, str(exc), "service_unavailable", headers={"retry-after": "1"})
+        return _json({"version": version, "tiers": list(plan.routing.tiers), "mode": plan.routing.mode})
+
+    @app.get("/admin/backends")
+    async def get_backends(request: Request) -> Response:
+        if (denied := _auth(request)) is not None:
+            return denied
+        import time
+
+        now = time.monotonic()
+        return _json({"backends": [r.as_dict(now) for r in gw.balancer.by_id.values()], "shared": gw.state.connected})
+
+    @app.put("/admin/backends", openapi_extra=body_spec(BACKENDS_SCHEMA))
+    async def put_backends(request: Request) -> Response:
+        """Replace the backend registry (a deployer registers replicas here)."""
+        if (denied := _auth(request)) is not None:
+            return denied
+        try:
+            backends = BACKENDS.validate_json(await request.body())
+        except ValidationError as exc:
+            return error_response(422, str(from_validation_error(exc, "backends")), code="invalid_backends")
+        try:
+            await gw.state.put_backends(backends)
+        except SharedStateUnavailable as exc:
+            return error_response(503, str(exc), "service_unavailable", headers={"retry-after": "1"})
+        await gw.balancer.check_all(gw.client)
+        return _json({"backends": len(backends)})
+
+    return app
+
+
+def fast_app(app: FastAPI) -> Any:
+    """ASGI wrapper that sends the two completion endpoints straight to the gateway.
+
+    Why: FastAPI's routing and dependency solving cost more per request than the rest of the gateway;
+    the FastAPI routes stay for everything else and for the OpenAPI spec (same handler behind both).
+    """
+    from starlette.requests import Request as StarletteRequest
+
+    hot = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
+    gw: Gateway = app.state.gateway
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and (kind := hot.get(scope["path"])) is not None:
+            try:
+                response = await gw.handle(StarletteRequest(scope, receive), kind)
+            except Exception as exc:  # never a bare 500 page: keep the OpenAI error shape
+                response = error_response(500, f"internal error: {type(exc).__name__}")
+            await response(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return asgi

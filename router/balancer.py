@@ -1,0 +1,213 @@
+"""Balancing a tier's heterogeneous replicas: capacity weights x least outstanding requests, with health.
+
+Why: replicas of one tier run on different GPU types (an H100 decodes several times faster than an RTX
+4090), so round-robin would overload the slow ones. Each replica gets a weight proportional to its
+modelled throughput (``boute.perf``, approximate), and a request goes to the available replica with the
+fewest outstanding requests *per unit of weight*. Health has two sources: active checks (``GET /health``)
+and passive outcomes of real requests; ``cb_failures`` consecutive failures (or one refused connection)
+open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
+count is kept, so the next failure re-opens it at once, and a success closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from boute.specs.plan import Plan
+from router.config import Settings
+from router.state import BackendSpec
+
+log = logging.getLogger("boute.router.balancer")
+
+#: reference request for capacity weights (GSM8K-like: short prompt, medium answer)
+REF_INPUT, REF_OUTPUT, REF_BATCH = 256, 256, 64
+
+
+@lru_cache(maxsize=256)
+def replica_capacity(model: str, gpu: str, tp: int, pp: int, dtype: str) -> float | None:
+    """Modelled output tokens/s of one replica at a moderate batch; None when unknown or not fitting."""
+    from boute.catalog import builtin_catalog
+    from boute.perf import replica_perf
+
+    cat = builtin_catalog()
+    if model not in cat.models or gpu not in cat.gpus:
+        return None
+    perf = replica_perf(cat.model(model), cat.gpu(gpu), tp=tp, pp=pp, dtype=dtype)
+    if not perf.fits:
+        return None
+    return float(perf.static_batch(REF_BATCH, REF_INPUT, REF_OUTPUT)["output_tokens_per_s"])
+
+
+@dataclass(slots=True, eq=False)
+class Replica:
+    """Runtime state of one backend; objects survive plan/registry updates so counters stay exact."""
+
+    spec: BackendSpec
+    weight: float = 1.0
+    outstanding: int = 0
+    healthy: bool = True
+    failures: int = 0
+    open_until: float = 0.0
+    served: int = 0
+    failed: int = 0
+    url: str = field(init=False)
+    inv_weight: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.url = self.spec.url.rstrip("/")
+        self.inv_weight = 1.0 / self.weight
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def available(self, now: float) -> bool:
+        return self.healthy and now >= self.open_until
+
+    def as_dict(self, now: float) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "url": self.url,
+            "tier": self.spec.tier,
+            "model": self.spec.model,
+            "gpu": self.spec.gpu,
+            "tp": self.spec.tp,
+            "pp": self.spec.pp,
+            "weight": round(self.weight, 4),
+            "outstanding": self.outstanding,
+            "healthy": self.healthy,
+            "circuit": "open" if now < self.open_until else ("half-open" if self.failures else "closed"),
+            "failures": self.failures,
+            "served": self.served,
+            "failed": self.failed,
+        }
+
+
+class Balancer:
+    """Tier -> replicas, picking and health bookkeeping. Single event loop: no locks needed."""
+
+    def __init__(self, settings: Settings, on_trip: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self.pools: dict[str, list[Replica]] = {}
+        self.by_id: dict[str, Replica] = {}
+        self._on_trip = on_trip
+        self._rr = 0
+
+    # ---- configuration ------------------------------------------------------------------------
+    def configure(self, plan: Plan | None, backends: Iterable[BackendSpec]) -> None:
+        """Rebuild pools for a plan + registry, keeping runtime state of replicas that stay."""
+        tiers = set(plan.routing.tiers) if plan is not None else None
+        pools: dict[str, list[Replica]] = {}
+        by_id: dict[str, Replica] = {}
+        for spec in backends:
+            if tiers is not None and spec.tier not in tiers:
+                continue
+            weight = self._capacity(plan, spec)
+            old = self.by_id.get(spec.id)
+            if old is not None and old.spec == spec:
+                rep = old
+            else:
+                rep = Replica(spec)
+                if old is not None:
+                    rep.outstanding, rep.healthy, rep.open_until = old.outstanding, old.healthy, old.open_until
+            rep.weight, rep.inv_weight = weight, 1.0 / weight
+            pools.setdefault(spec.tier, []).append(rep)
+            by_id[spec.id] = rep
+        for reps in pools.values():  # normalise: unknown hardware gets the tier's mean weight
+            known = [r.weight for r in reps if r.weight > 0]
+            mean = sum(known) / len(known) if known else 1.0
+            for r in reps:
+                w = r.weight if r.weight > 0 else mean
+                r.weight, r.inv_weight = w / mean, mean / w
+        self.pools, self.by_id = pools, by_id
+
+    @staticmethod
+    def _capacity(plan: Plan | None, spec: BackendSpec) -> float:
+        gpu, tp, pp, dtype = spec.gpu, spec.tp, spec.pp, spec.dtype
+        if gpu is None and plan is not None:  # take the hardware from the plan's group for this tier/model
+            for g in plan.deployment:
+                if g.tier == spec.tier and g.model == spec.model:
+                    gpu, tp, pp, dtype = g.gpu, g.tp, g.pp, g.dtype
+                    break
+        if gpu is None:
+            return 0.0
+        return replica_capacity(spec.model, gpu, tp, pp, dtype) or 0.0
+
+    # ---- picking ------------------------------------------------------------------------------
+    def pick(self, tier: str, exclude: tuple[Replica, ...] = ()) -> Replica | None:
+        """The available replica with the least outstanding requests per unit of capacity."""
+        reps = self.pools.get(tier)
+        if not reps:
+            return None
+        now = time.monotonic()
+        n = len(reps)
+        self._rr = (self._rr + 1) % n  # rotate the scan start so ties spread out
+        best: Replica | None = None
+        best_load = 0.0
+        for i in range(n):
+            r = reps[(self._rr + i) % n]
+            if not r.available(now) or r in exclude:
+                continue
+            load = (r.outstanding + 1) * r.inv_weight
+            if best is None or load < best_load:
+                best, best_load = r, load
+        return best
+
+    def healthy_tiers(self) -> dict[str, int]:
+        now = time.monotonic()
+        return {t: sum(r.available(now) for r in reps) for t, reps in self.pools.items()}
+
+    # ---- passive health / circuit breaker ------------------------------------------------------
+    def success(self, r: Replica) -> None:
+        r.served += 1
+        r.failures = 0
+
+    def failure(self, r: Replica, *, refused: bool = False) -> None:
+        r.failed += 1
+        r.failures += 1
+        if refused or r.failures >= self.settings.cb_failures:
+            self.trip(r, self.settings.cooldown_s)
+            if self._on_trip is not None:
+                self._on_trip(r.id)
+
+    def trip(self, r: Replica, ttl: float) -> None:
+        r.open_until = max(r.open_until, time.monotonic() + ttl)
+        r.failures = max(r.failures, self.settings.cb_failures)
+
+    def mark_down(self, backend_id: str, ttl: float) -> None:
+        """A peer gateway tripped this replica (via Redis)."""
+        r = self.by_id.get(backend_id)
+        if r is not None:
+            self.trip(r, ttl)
+
+    # ---- active health checks -----------------------------------------------------------------
+    async def check_all(self, client: object) -> None:
+        reps = list(self.by_id.values())
+        results = await asyncio.gather(*(self._check(client, r) for r in reps))
+        for r, ok in zip(reps, results, strict=True):
+            if ok != r.healthy:
+                log.info("replica %s is now %s", r.id, "healthy" if ok else "unhealthy")
+            r.healthy = ok
+
+    async def _check(self, client: object, r: Replica) -> bool:
+        import aiohttp
+
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
+            async with client.get(r.url + "/health", timeout=timeout) as resp:  # type: ignore[attr-defined]
+                return resp.status == 200
+        except Exception:
+            return False
+
+    async def health_loop(self, client: object) -> None:
+        while True:
+            await asyncio.sleep(self.settings.health_interval_s)
+            try:
+                await self.check_all(client)
+            except Exception as exc:  # never let the checker die
+                log.warning("health check round failed: %s", exc)

@@ -1,0 +1,52 @@
+"""Gateway settings: one frozen pydantic model, filled from ``BOUTE_*`` environment variables and CLI flags.
+
+Every knob has a default that works on one machine; production deployments override through the
+environment so the same image runs anywhere (twelve-factor style).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+ENV_PREFIX = "BOUTE_"
+
+
+class Settings(BaseModel):
+    """All gateway settings; ``Settings.from_env()`` reads ``BOUTE_<FIELD>`` (upper case) for each field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    plan: str | None = Field(None, description="plan file loaded at start-up when Redis holds none")
+    backends: str | None = Field(None, description="backend registry file (JSON list of BackendSpec)")
+    redis_url: str | None = Field(None, description="shared state; None = this instance only")
+    redis_prefix: str = Field("boute", description="key prefix, so several deployments share one Redis")
+    admin_token: str | None = Field(None, description="bearer token for /admin/*; None disables admin")
+    max_body_bytes: PositiveInt = Field(1 << 20, description="larger request bodies get 413")
+    max_inflight: PositiveInt = Field(1024, description="requests in progress before answering 429")
+    retry_after_s: PositiveInt = Field(1, description="Retry-After sent with 429/503")
+    upstream_timeout_s: PositiveFloat = Field(300.0, description="per-upstream read timeout")
+    connect_timeout_s: PositiveFloat = Field(2.0, description="per-upstream connect timeout")
+    retries: int = Field(2, ge=0, description="other replicas tried after a failure, before any byte is sent")
+    health_interval_s: PositiveFloat = Field(2.0, description="active health check period")
+    health_timeout_s: PositiveFloat = Field(1.0, description="active health check timeout")
+    cooldown_s: PositiveFloat = Field(5.0, description="the one TTL: how long a tripped replica stays out")
+    cb_failures: PositiveInt = Field(3, description="consecutive failures that open a replica's circuit")
+    drain_timeout_s: PositiveFloat = Field(30.0, description="graceful shutdown: wait this long for in-flight")
+    judge_url: str | None = Field(None, description="cascade: OpenAI-compatible judge endpoint (LLMJudge)")
+    judge_model: str = Field("judge", description="cascade: model name sent to the judge endpoint")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Environment first, then explicit ``overrides`` (CLI flags) win; ``None`` overrides are ignored."""
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                data[name] = raw
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(data)

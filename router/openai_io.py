@@ -1,0 +1,166 @@
+"""OpenAI wire format: request checks, error bodies, and turning a finished completion into an SSE stream.
+
+Checks are hand-written (not pydantic) because they run on every request: the gateway only needs to know
+the model, the prompt text for scoring, and whether to stream; everything else passes through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+CHAT, COMPLETION = "chat", "completion"
+
+
+class BadRequest(Exception):
+    """A client mistake, answered with OpenAI's error shape."""
+
+    def __init__(
+        self, message: str, status: int = 400, param: str | None = None, code: str | None = None, kind: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.message, self.status, self.param, self.code = message, status, param, code
+        self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+
+
+def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def error_response(
+    status: int,
+    message: str,
+    kind: str | None = None,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    return Response(error_body(message, kind, param, code), status, headers, media_type="application/json")
+
+
+def _text_of(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise BadRequest(f"{where}[{i}] must be an object", param=where)
+            if part.get("type") == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise BadRequest(f"{where}[{i}].text must be a string", param=where)
+                parts.append(text)
+        return "".join(parts)
+    raise BadRequest(f"{where} must be a string or a list of content parts", param=where)
+
+
+def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], str, bool]:
+    """(body, prompt text used for routing, stream?) or BadRequest naming the field."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("'model' must be a string", param="model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    for key in ("max_tokens", "max_completion_tokens", "n"):
+        v = body.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise BadRequest(f"'{key}' must be a positive integer", param=key)
+    if kind == CHAT:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("'messages' must be a non-empty list", param="messages")
+        prompt = ""
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise BadRequest(f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
+            text = _text_of(m.get("content"), f"messages[{i}].content")
+            if m["role"] == "user":
+                prompt = text
+        return body, prompt, stream
+    prompt_field = body.get("prompt")
+    if isinstance(prompt_field, str):
+        return body, prompt_field, stream
+    if isinstance(prompt_field, list) and prompt_field and all(isinstance(p, str) for p in prompt_field):
+        return body, prompt_field[0], stream
+    raise BadRequest("'prompt' must be a string or a non-empty list of strings", param="prompt")
+
+
+def response_text(raw: bytes, kind: str) -> str:
+    """The generated text of a finished completion ('' when absent)."""
+    try:
+        choice = orjson.loads(raw)["choices"][0]
+        return (choice["message"]["content"] if kind == CHAT else choice["text"]) or ""
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return ""
+
+
+def completion_as_sse(raw: bytes, kind: str) -> bytes:
+    """A finished (non-streamed) completion re-sent as one SSE chunk + [DONE] (cascade, accepted early)."""
+    doc = orjson.loads(raw)
+    choices = []
+    for c in doc.get("choices", []):
+        if kind == CHAT:
+            msg = c.get("message") or {}
+            delta = {"role": msg.get("role", "assistant"), "content": msg.get("content") or ""}
+            choices.append({"index": c.get("index", 0), "delta": delta, "finish_reason": c.get("finish_reason")})
+        else:
+            choices.append(
+                {"index": c.get("index", 0), "text": c.get("text", ""), "finish_reason": c.get("finish_reason")}
+            )
+    chunk = {
+        "id": doc.get("id", "cmpl-boute"),
+        "object": "chat.completion.chunk" if kind == CHAT else "text_completion",
+        "created": doc.get("created", 0),
+        "model": doc.get("model", ""),
+        "choices": choices,
+    }
+    return b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+
+
+# OpenAPI request bodies (the handlers read raw bytes, so FastAPI cannot infer these)
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {"role": {"type": "string"}, "content": {"type": "string"}},
+}
+CHAT_SCHEMA = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "properties": {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "items": _MESSAGE, "minItems": 1},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "stream": {"type": "boolean"},
+        "temperature": {"type": "number"},
+    },
+}
+COMPLETION_SCHEMA = {
+    "type": "object",
+    "required": ["model", "prompt"],
+    "properties": {
+        "model": {"type": "string"},
+        "prompt": {"type": "string"},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "stream": {"type": "boolean"},
+        "temperature": {"type": "number"},
+    },
+}
+
+
+def body_spec(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

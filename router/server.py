@@ -1,0 +1,60 @@
+"""Run the gateway with uvicorn: one worker process, uvloop + httptools, graceful drain on SIGTERM/SIGINT.
+
+Drain: uvicorn stops accepting connections on the signal, then waits up to ``drain_timeout_s`` for
+in-flight requests (streams included) to finish before the lifespan shutdown closes upstream clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from router.config import Settings
+
+
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
+    import uvicorn
+
+    from router.app import create_app, fast_app
+
+    app = create_app(settings)
+    config = uvicorn.Config(
+        fast_app(app),
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.drain_timeout_s),
+        backlog=4096,
+        timeout_keep_alive=30,
+        proxy_headers=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    server.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m router", description="BOute gateway (settings also from BOUTE_* env)")
+    ap.add_argument("--plan")
+    ap.add_argument("--backends")
+    ap.add_argument("--redis", dest="redis_url")
+    ap.add_argument("--redis-prefix")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--log-level", default="warning")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    settings = Settings.from_env(
+        plan=args.plan, backends=args.backends, redis_url=args.redis_url, redis_prefix=args.redis_prefix
+    )
+    serve(settings, args.host, args.port, args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

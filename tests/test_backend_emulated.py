@@ -1,0 +1,125 @@
+"""The emulated backend: continuous-batching timing from the perf model, profile answers, SGLang API."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from backends.emulated.engine import Engine
+from backends.emulated.launch import free_port, spawn_replicas, wait_http
+from backends.emulated.profile import ReplicaConfig, pieces
+from boute.catalog import builtin_catalog
+from boute.data import data_path
+from boute.perf import replica_perf
+
+COLUMN = "gpt-4-1106-preview"
+
+
+def _perf():  # noqa: ANN202
+    cat = builtin_catalog()
+    return replica_perf(cat.model("llama-3.1-8b"), cat.gpu("rtx-4090"))
+
+
+async def _run_batch(n: int, tokens: int, speedup: float) -> float:
+    eng = Engine(_perf(), speedup=speedup)
+    eng.start()
+    t0 = time.perf_counter()
+    seqs = [eng.submit(["tok "] * tokens, 200, stream=False) for _ in range(n)]
+    await asyncio.gather(*(s.done for s in seqs))
+    await eng.stop()
+    assert all(s.emitted == tokens for s in seqs)
+    return time.perf_counter() - t0
+
+
+async def test_engine_slows_down_under_concurrency_but_batches() -> None:
+    perf = _perf()
+    one = await _run_batch(1, 64, speedup=10)
+    many = await _run_batch(96, 64, speedup=10)
+    model_one = (float(perf.prefill_time(200)) + 63 * float(perf.decode_step_time(1, 200))) / 10
+    assert one == pytest.approx(model_one, rel=0.35)
+    # 96 concurrent sequences: each decode step is longer (bigger batch) -> slower per request ...
+    assert many > 1.3 * one
+    # ... but they run together, not one after another
+    assert many < 96 * one / 4
+
+
+async def test_engine_cancel_frees_the_slot() -> None:
+    eng = Engine(_perf(), speedup=50)
+    eng.start()
+    seq = eng.submit(["x"] * 100_000, 10, stream=True)
+    await seq.stream.get()
+    eng.cancel(seq)
+    await asyncio.wait_for(seq.done, 2)
+    assert not eng.running and eng.kv_used == 0
+    await eng.stop()
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cfg = ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", port=free_port(), profile_model=COLUMN, speedup=50)
+    procs = spawn_replicas([cfg], tmp_path_factory.mktemp("emu"))
+    url = f"http://127.0.0.1:{cfg.port}"
+    try:
+        wait_http(url + "/health", 60, procs)
+        yield url
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+def _known() -> tuple[str, str]:
+    with open(data_path("builtin:gsm8k"), newline="", encoding="utf-8") as fh:
+        row = next(csv.DictReader(fh))
+    return row["prompt"], row[f"{COLUMN}_response"]
+
+
+def test_known_prompt_gets_recorded_response_unknown_gets_filler(backend: str) -> None:
+    prompt, recorded = _known()
+    r = httpx.post(
+        backend + "/v1/chat/completions", json={"model": "x", "messages": [{"role": "user", "content": prompt}]}
+    )
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["content"] == recorded
+    assert r.json()["usage"]["completion_tokens"] == len(pieces(recorded))
+    r = httpx.post(backend + "/v1/completions", json={"model": "x", "prompt": "unknown prompt", "max_tokens": 17})
+    body = r.json()
+    assert body["usage"]["completion_tokens"] == 17 and body["choices"][0]["finish_reason"] == "length"
+    assert len(body["choices"][0]["text"]) == 17 * 4
+
+
+def test_sglang_native_endpoints(backend: str) -> None:
+    prompt, recorded = _known()
+    r = httpx.post(backend + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 5}})
+    assert r.json()["text"] == recorded[:20] and r.json()["meta_info"]["finish_reason"]["type"] == "length"
+    assert httpx.get(backend + "/get_model_info").json()["model_path"] == "llama-3.1-8b"
+    assert httpx.get(backend + "/health").status_code == 200
+    with httpx.stream(
+        "POST", backend + "/generate", json={"text": "q", "stream": True, "sampling_params": {"max_new_tokens": 3}}
+    ) as s:
+        lines = [ln for ln in s.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]" and len(lines) == 5
+
+
+def test_bad_request_is_a_clean_400(backend: str) -> None:
+    for body in (b"{", b'{"messages": 3}', b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}'):
+        r = httpx.post(backend + "/v1/chat/completions", content=body)
+        assert r.status_code == 400 and "error" in r.json()
+
+
+def test_client_disconnect_cancels_sequence(backend: str) -> None:
+    with httpx.stream(
+        "POST", backend + "/v1/completions", json={"model": "x", "prompt": "p", "max_tokens": 50_000, "stream": True}
+    ) as s:
+        it = s.iter_lines()
+        next(it)
+        assert httpx.get(backend + "/get_server_info").json()["running"] == 1
+    deadline = time.monotonic() + 3
+    while httpx.get(backend + "/get_server_info").json()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(backend + "/get_server_info").json()["running"] == 0

@@ -1,0 +1,164 @@
+"""The gateway over real HTTP: official openai client (sync, async, streaming), routing, 4xx, admin."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from router.testing import TEST_PLAN, Stack
+
+TOKEN = "test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    st = Stack.start(speedup=50)
+    try:
+        yield st
+    finally:
+        st.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(stack: Stack, redis_url: str) -> str:
+    url, _ = stack.gateway(
+        BOUTE_REDIS_URL=redis_url,
+        BOUTE_REDIS_PREFIX=f"t-{uuid.uuid4().hex}",
+        BOUTE_ADMIN_TOKEN=TOKEN,
+        BOUTE_MAX_BODY_BYTES="20000",
+    )
+    return url
+
+
+def test_openai_sync_client_chat_and_completions(gw: str) -> None:
+    client = openai.OpenAI(base_url=gw + "/v1", api_key="unused")
+    raw = client.chat.completions.with_raw_response.create(
+        model="boute", messages=[{"role": "user", "content": "hi"}], max_tokens=12
+    )
+    chat = raw.parse()
+    assert chat.choices[0].message.content and chat.usage.completion_tokens == 12
+    assert raw.headers["x-boute-tier"] == "small"  # a very short prompt: easiest quantile
+    assert float(raw.headers["x-boute-overhead-ms"]) >= 0
+    comp = client.completions.create(model="router-large", prompt="hello", max_tokens=5)
+    assert comp.model == "llama-3.1-70b" and len(comp.choices[0].text) == 20
+    assert {m.id for m in client.models.list()} == {"boute", "router-small", "router-large"}
+
+
+async def test_openai_async_client_concurrent(gw: str) -> None:
+    import asyncio
+
+    client = openai.AsyncOpenAI(base_url=gw + "/v1", api_key="unused")
+    outs = await asyncio.gather(
+        *(
+            client.chat.completions.create(model="boute", messages=[{"role": "user", "content": f"q{i}"}], max_tokens=8)
+            for i in range(20)
+        )
+    )
+    assert all(o.choices[0].finish_reason == "length" for o in outs)
+    await client.close()
+
+
+def test_openai_streaming(gw: str) -> None:
+    client = openai.OpenAI(base_url=gw + "/v1", api_key="unused")
+    stream = client.chat.completions.create(
+        model="router-small", messages=[{"role": "user", "content": "stream me"}], max_tokens=10, stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert len(text) == 40
+    with client.completions.with_streaming_response.create(model="boute", prompt="s", max_tokens=4, stream=True) as r:
+        assert r.headers["x-boute-tier"] == "small"
+        assert sum(1 for line in r.iter_lines() if line.startswith("data: {")) == 5
+
+
+def test_long_prompt_goes_to_large_tier(gw: str) -> None:
+    r = httpx.post(
+        gw + "/v1/chat/completions",
+        json={"model": "boute", "messages": [{"role": "user", "content": "why " * 400}], "max_tokens": 3},
+    )
+    assert r.status_code == 200 and r.headers["x-boute-tier"] == "large"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", "/v1/chat/completions", b"{not json", 400),
+        ("POST", "/v1/chat/completions", b'{"model": "boute", "messages": []}', 400),
+        ("POST", "/v1/chat/completions", b'{"model": "gpt-17", "messages": [{"role": "user", "content": "x"}]}', 404),
+        ("POST", "/v1/completions", b'{"model": "boute", "prompt": 5}', 400),
+        ("POST", "/v1/completions", b'{"model": "boute", "prompt": "' + b"x" * 30000 + b'"}', 413),
+        ("GET", "/v1/chat/completions", b"", 405),
+        ("GET", "/v1/nothing", b"", 404),
+        ("GET", "/admin/plan", b"", 401),
+    ],
+)
+def test_clean_4xx_in_openai_shape(gw: str, method: str, path: str, body: bytes, status: int) -> None:
+    r = httpx.request(method, gw + path, content=body)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["message"] and err["type"]
+
+
+def test_admin_rejects_invalid_plan_and_keeps_old(gw: str) -> None:
+    before = httpx.get(gw + "/admin/plan", headers=AUTH).json()
+    bad = {**TEST_PLAN, "routing": {"tiers": ["small", "large"], "fractions": [0.9, 0.3]}}
+    r = httpx.put(gw + "/admin/plan", json=bad, headers=AUTH)
+    assert r.status_code == 422 and "fractions must sum to 1" in r.json()["error"]["message"]
+    unknown_gpu = {
+        **TEST_PLAN,
+        "deployment": [{**TEST_PLAN["deployment"][0], "gpu": "tpu-v9"}, TEST_PLAN["deployment"][2]],
+    }
+    assert httpx.put(gw + "/admin/plan", json=unknown_gpu, headers=AUTH).status_code == 422
+    assert httpx.put(gw + "/admin/plan", content=b"{", headers=AUTH).status_code == 422
+    assert httpx.get(gw + "/admin/plan", headers=AUTH).json() == before
+    backends = httpx.get(gw + "/admin/backends", headers=AUTH).json()["backends"]
+    assert {b["tier"] for b in backends} == {"small", "large"} and all(b["healthy"] for b in backends)
+
+
+def test_metrics_and_probes(gw: str) -> None:
+    assert httpx.get(gw + "/health").json() == {"status": "ok"}
+    assert httpx.get(gw + "/ready").status_code == 200
+    text = httpx.get(gw + "/metrics").text
+    assert 'boute_requests_total{code="200",tier="small"}' in text and "boute_overhead_seconds_bucket" in text
+
+
+def test_cascade_escalates_hard_prompts_and_streams_early_answers(stack: Stack) -> None:
+    cascade = {**TEST_PLAN, "routing": {"mode": "cascade", "tiers": ["small", "large"], "fractions": [0.7, 0.3]}}
+    plan_file = stack.workdir / "cascade.json"
+    plan_file.write_text(json.dumps(cascade))
+    url, _ = stack.gateway(BOUTE_PLAN=str(plan_file))
+    easy = httpx.post(
+        url + "/v1/chat/completions",
+        json={"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    )
+    assert easy.headers["x-boute-tier"] == "small" and "x-boute-hops" not in easy.headers
+    hard = httpx.post(
+        url + "/v1/chat/completions",
+        json={"model": "boute", "messages": [{"role": "user", "content": "why " * 400}], "max_tokens": 3},
+    )
+    assert hard.headers["x-boute-tier"] == "large" and hard.headers["x-boute-hops"] == "2"
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    chunks = list(
+        client.chat.completions.create(
+            model="boute", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "This is emulated out"[:20]
+
+
+async def test_bounded_inflight_answers_429_with_retry_after(stack: Stack) -> None:
+    import asyncio
+
+    url, _ = stack.gateway(BOUTE_MAX_INFLIGHT="2")
+    body = {"model": "router-large", "messages": [{"role": "user", "content": "slow"}], "max_tokens": 400}
+    async with httpx.AsyncClient(timeout=30) as c:
+        rs = await asyncio.gather(*(c.post(url + "/v1/chat/completions", json=body) for _ in range(6)))
+    codes = sorted(r.status_code for r in rs)
+    assert codes.count(200) >= 2 and 429 in codes
+    limited = next(r for r in rs if r.status_code == 429)
+    assert limited.headers["retry-after"] == "1" and limited.json()["error"]["type"] == "rate_limit_exceeded"

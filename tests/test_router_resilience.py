@@ -1,0 +1,113 @@
+"""Shared state and failures with real processes: two gateways + Redis, Redis restart, backend kill."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from router.testing import TEST_PLAN, Stack
+from tests.services import free_port, start_redis
+
+TOKEN = "t0k"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    st = Stack.start(speedup=50)
+    try:
+        yield st
+    finally:
+        st.stop()
+
+
+async def _load(url: str, seconds: float, workers: int = 12, model: str = "boute") -> Counter[int]:
+    """Closed-loop clients for ``seconds``; returns the count of each HTTP status (-1 = transport error)."""
+    statuses: Counter[int] = Counter()
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=30) as client:
+
+        async def worker(i: int) -> None:
+            n = 0
+            while time.monotonic() < deadline:
+                n += 1
+                body = {"model": model, "messages": [{"role": "user", "content": f"w{i} r{n}"}], "max_tokens": 8}
+                try:
+                    r = await client.post(url + "/v1/chat/completions", json=body)
+                    statuses[r.status_code] += 1
+                except httpx.HTTPError:
+                    statuses[-1] += 1
+
+        await asyncio.gather(*(worker(i) for i in range(workers)))
+    return statuses
+
+
+def test_plan_update_reaches_both_gateways_within_a_second(stack: Stack, redis_url: str) -> None:
+    env = {"BOUTE_REDIS_URL": redis_url, "BOUTE_REDIS_PREFIX": f"t-{uuid.uuid4().hex}", "BOUTE_ADMIN_TOKEN": TOKEN}
+    a, _ = stack.gateway(**env)
+    b, _ = stack.gateway(**env)
+    v0 = httpx.get(b + "/admin/plan", headers=AUTH).json()["version"]
+    assert v0 == httpx.get(a + "/admin/plan", headers=AUTH).json()["version"]  # the second adopted the first's
+    new = {**TEST_PLAN, "routing": {"tiers": ["small", "large"], "fractions": [0.0, 1.0]}}
+    t0 = time.monotonic()
+    r = httpx.put(a + "/admin/plan", json=new, headers=AUTH)
+    assert r.status_code == 200
+    version = r.json()["version"]
+    while httpx.get(b + "/admin/plan", headers=AUTH).json()["version"] != version:
+        assert time.monotonic() - t0 < 1.0, "plan update did not reach the second gateway within 1 s"
+        time.sleep(0.01)
+    assert httpx.get(b + "/admin/plan", headers=AUTH).json()["plan"]["routing"]["fractions"] == [0.0, 1.0]
+    short = {"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(b + "/v1/chat/completions", json=short).headers["x-boute-tier"] == "large"
+
+
+async def test_redis_restart_mid_load_fails_no_request(stack: Stack) -> None:
+    port, workdir = free_port(), tempfile.mkdtemp(prefix="boute-redis-")
+    redis = start_redis(port, workdir)
+    try:
+        url, _ = stack.gateway(BOUTE_REDIS_URL=f"redis://127.0.0.1:{port}/0", BOUTE_ADMIN_TOKEN=TOKEN)
+
+        async def chaos() -> None:
+            nonlocal redis
+            await asyncio.sleep(0.7)
+            redis.kill()
+            redis.wait(5)
+            await asyncio.sleep(1.0)
+            redis = await asyncio.to_thread(start_redis, port, workdir)
+
+        statuses, _ = await asyncio.gather(_load(url, 3.0), chaos())
+        assert set(statuses) == {200} and statuses[200] > 50, statuses
+        deadline = time.monotonic() + 5
+        async with httpx.AsyncClient() as c:  # it reconnects by itself and re-seeds the empty Redis
+            while not (await c.get(url + "/admin/plan", headers=AUTH)).json()["shared"]:
+                assert time.monotonic() < deadline, "gateway did not reconnect to Redis"
+                await asyncio.sleep(0.05)
+            r = await c.put(url + "/admin/plan", json=TEST_PLAN, headers=AUTH)
+            assert r.status_code == 200
+    finally:
+        redis.kill()
+        redis.wait(5)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def test_backend_killed_mid_load_fails_no_request(stack: Stack) -> None:
+    url, _ = stack.gateway(BOUTE_ADMIN_TOKEN=TOKEN)
+
+    async def chaos() -> None:
+        await asyncio.sleep(0.7)
+        await asyncio.to_thread(stack.kill_replica, 0)  # the H100 replica of the small tier
+
+    statuses, _ = await asyncio.gather(_load(url, 2.5, model="router-small"), chaos())
+    assert set(statuses) == {200} and statuses[200] > 50, statuses
+    backends = {b["gpu"] + b["tier"]: b for b in httpx.get(url + "/admin/backends", headers=AUTH).json()["backends"]}
+    dead = backends["h100-sxmsmall"]
+    assert not dead["healthy"] or dead["circuit"] == "open"
+    assert backends["rtx-4090small"]["served"] > 0

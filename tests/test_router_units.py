@@ -1,0 +1,117 @@
+"""Gateway building blocks without servers: settings, policy thresholds, balancing, circuit breaker."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from boute.specs.plan import Plan
+from router.balancer import Balancer, replica_capacity
+from router.config import Settings
+from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
+from router.policy import LengthScorer, RoutePolicy, cascade_thresholds, thresholds_from_fractions
+from router.state import BackendSpec
+from router.testing import TEST_PLAN
+
+
+def test_settings_env_then_overrides() -> None:
+    s = Settings.from_env({"BOUTE_MAX_INFLIGHT": "7", "BOUTE_REDIS_URL": "redis://x:1/0"}, redis_url=None, retries=5)
+    assert (s.max_inflight, s.redis_url, s.retries) == (7, "redis://x:1/0", 5)
+    with pytest.raises(ValueError):
+        Settings.from_env({"BOUTE_MAX_INFLIGHT": "-1"})
+
+
+def test_fraction_thresholds_split_reference_as_planned() -> None:
+    scores = np.random.default_rng(0).random(10_000)
+    th = thresholds_from_fractions(scores, [0.2, 0.5, 0.3])
+    tiers = np.searchsorted(th, scores, side="right")
+    assert np.allclose(np.bincount(tiers) / len(scores), [0.2, 0.5, 0.3], atol=0.01)
+    # cascade: accepted share at each hop matches the fractions under the same-distribution assumption
+    ct = cascade_thresholds(scores, [0.6, 0.4])
+    assert np.mean(scores >= ct[0]) == pytest.approx(0.6, abs=0.01)
+
+
+def test_length_policy_routes_long_prompts_to_large_tier_and_forces_by_name() -> None:
+    policy = RoutePolicy(Plan.model_validate(TEST_PLAN))
+    assert policy.tier_for_score(policy.score_sync("hi")) == 0
+    assert policy.tier_for_score(policy.score_sync("x" * 5000)) == 1
+    assert policy.resolve_model("router-large") == 1 and policy.resolve_model("small") == 0
+    assert policy.resolve_model("boute") is None and policy.resolve_model("gpt-9") is False
+    assert LengthScorer(["a", "bbb"]).score(["bb"]).tolist() == [0.5]
+
+
+def _balancer(**kw: float) -> Balancer:
+    bal = Balancer(Settings(cooldown_s=kw.get("cooldown_s", 60.0), cb_failures=3))
+    specs = [
+        BackendSpec(url="http://a:1", tier="small", model="llama-3.1-8b", gpu="h100-sxm"),
+        BackendSpec(url="http://b:1", tier="small", model="llama-3.1-8b", gpu="rtx-4090"),
+    ]
+    bal.configure(Plan.model_validate(TEST_PLAN), specs)
+    return bal
+
+
+def test_capacity_weights_and_least_outstanding() -> None:
+    assert replica_capacity("llama-3.1-8b", "h100-sxm", 1, 1, "bf16") > replica_capacity(
+        "llama-3.1-8b", "rtx-4090", 1, 1, "bf16"
+    )
+    bal = _balancer()
+    fast, slow = bal.pools["small"]
+    counts = {fast.id: 0, slow.id: 0}
+    for _ in range(40):  # requests held open: load spreads in proportion to capacity
+        r = bal.pick("small")
+        r.outstanding += 1
+        counts[r.id] += 1
+    ratio = counts[fast.id] / counts[slow.id]
+    assert ratio == pytest.approx(fast.weight / slow.weight, rel=0.25)
+
+
+def test_circuit_breaker_opens_after_threshold_and_half_opens() -> None:
+    bal = _balancer(cooldown_s=0.2)
+    fast, slow = bal.pools["small"]
+    bal.failure(fast)
+    bal.failure(fast)
+    assert fast.available(time.monotonic())
+    bal.failure(fast)
+    assert not fast.available(time.monotonic())
+    assert all(bal.pick("small") is slow for _ in range(5))
+    time.sleep(0.25)
+    assert fast.available(time.monotonic())  # half-open: one more failure re-opens at once
+    bal.failure(fast)
+    assert not fast.available(time.monotonic())
+    time.sleep(0.25)
+    bal.success(fast)
+    bal.failure(fast)
+    assert fast.available(time.monotonic())  # closed again: one failure is tolerated
+    bal.failure(slow, refused=True)  # a refused connection trips at once
+    assert not slow.available(time.monotonic())
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (b"{", "not valid JSON"),
+        (b"[1]", "JSON object"),
+        (b'{"model": "boute"}', "messages"),
+        (b'{"model": "boute", "messages": [{"content": "x"}]}', "role"),
+        (b'{"model": 3, "messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream"),
+    ],
+)
+def test_parse_rejects_malformed_chat(raw: bytes, fragment: str) -> None:
+    with pytest.raises(BadRequest, match=fragment):
+        parse_request(raw, CHAT)
+
+
+def test_parse_and_sse_roundtrip() -> None:
+    body, prompt, stream = parse_request(
+        b'{"model":"boute","stream":true,"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"q"}]}]}',
+        CHAT,
+    )
+    assert (prompt, stream) == ("q", True)
+    sse = completion_as_sse(
+        b'{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}', CHAT
+    )
+    assert b'"delta":{"role":"assistant","content":"hi"}' in sse and sse.endswith(b"data: [DONE]\n\n")
