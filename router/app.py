@@ -165,15 +165,13 @@ def fast_app(app: FastAPI) -> Any:
     Why: FastAPI's routing and dependency solving cost more per request than the rest of the gateway;
     the FastAPI routes stay for everything else and for the OpenAPI spec (same handler behind both).
     """
-    from starlette.requests import Request as StarletteRequest
-
     hot = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
     gw: Gateway = app.state.gateway
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and (kind := hot.get(scope["path"])) is not None:
             try:
-                response = await gw.handle(StarletteRequest(scope, receive), kind)
+                response = await gw.handle_asgi(scope, receive, kind)
             except Exception as exc:  # never a bare 500 page: keep the OpenAI error shape
                 response = error_response(500, f"internal error: {type(exc).__name__}")
             await response(scope, receive, send)

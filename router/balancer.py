@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from boute.specs.plan import Plan
 from router.config import Settings
@@ -57,6 +58,7 @@ class Replica:
     failed: int = 0
     url: str = field(init=False)
     inv_weight: float = field(init=False)
+    targets: dict[str, Any] = field(init=False, default_factory=dict)  # path -> parsed URL (proxy's cache)
 
     def __post_init__(self) -> None:
         self.url = self.spec.url.rstrip("/")

@@ -17,6 +17,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
     import uvicorn
 
     from router.app import create_app, fast_app
+    from router.http_protocol import CoalescingHttpToolsProtocol
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -24,7 +25,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,  # httptools, one write per small response
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),

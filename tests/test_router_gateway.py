@@ -162,3 +162,22 @@ async def test_bounded_inflight_answers_429_with_retry_after(stack: Stack) -> No
     assert codes.count(200) >= 2 and 429 in codes
     limited = next(r for r in rs if r.status_code == 429)
     assert limited.headers["retry-after"] == "1" and limited.json()["error"]["type"] == "rate_limit_exceeded"
+
+
+def test_client_disconnect_cancels_upstream_and_frees_the_slot(stack: Stack, gw: str) -> None:
+    """A non-streamed request whose client hangs up: the gateway cancels it upstream and stays consistent."""
+    import time
+
+    large = stack.backend_urls[2]  # TEST_PLAN: the large tier's only replica
+    body = {"model": "router-large", "messages": [{"role": "user", "content": "long"}], "max_tokens": 50_000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gw + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+    deadline = time.monotonic() + 5
+    while httpx.get(large + "/get_server_info").json()["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(large + "/get_server_info").json()["running"] == 0
+    metrics = httpx.get(gw + "/metrics").text
+    assert "boute_inflight 0.0" in metrics
+    # and the gateway still serves normally afterwards
+    ok = httpx.post(gw + "/v1/chat/completions", json={**body, "max_tokens": 4}, timeout=30)
+    assert ok.status_code == 200 and ok.headers["x-boute-tier"] == "large"

@@ -111,6 +111,7 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
         return body
 
     async def openai(request: Request) -> Response:
+        t_in = time.perf_counter()
         chat = request.url.path.endswith("/chat/completions")
         try:
             body = await _parse(request)
@@ -151,8 +152,19 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
                 else {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
             )
             obj = "chat.completion" if chat else "text_completion"
+            # service_ms: time inside this handler, so a bench can subtract the backend's own (modelled,
+            # load-dependent) time from client latency and compare proxies without that noise
+            service_ms = round((time.perf_counter() - t_in) * 1e3, 3)
             return _json(
-                {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": usage}
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": name,
+                    "choices": [choice],
+                    "usage": usage,
+                    "service_ms": service_ms,
+                }
             )
 
         obj = "chat.completion.chunk" if chat else "text_completion"

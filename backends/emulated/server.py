@@ -34,6 +34,10 @@ async def serve_replicas(configs: list[ReplicaConfig], log_level: str = "warning
             timeout_graceful_shutdown=1,
         )
         servers.append(uvicorn.Server(config))
+    import gc
+
+    gc.collect()
+    gc.freeze()  # start-up objects out of full collections: no tens-of-ms loop stalls (timing fidelity)
     if len(servers) > 1:  # uvicorn installs signal handlers per server; let the first own them
         for s in servers[1:]:
             s.install_signal_handlers = lambda: None  # type: ignore[method-assign]
