@@ -147,7 +147,11 @@ class Gateway:
         if self.policy is None:
             return False, "no plan loaded"
         counts = self.balancer.healthy_tiers()
-        missing = [t for t in self.policy.tiers if counts.get(t, 0) == 0]
+        # a tier the plan sends no load to (fraction 0) needs no replica to be ready
+        fr = self.policy.plan.routing.fractions
+        cascade = self.policy.mode == "cascade"
+        loaded = [t for i, t in enumerate(self.policy.tiers) if fr is None or fr[i] > 0 or (cascade and i == 0)]
+        missing = [t for t in loaded if counts.get(t, 0) == 0]
         if missing:
             return False, f"no healthy replica for tier(s) {missing}"
         return True, "ready"
