@@ -1,0 +1,31 @@
+"""Quality side of BOute: profiles, the learned router, judges, and the quality of a routing policy.
+
+Light to import (numpy only); torch/transformers/scikit-learn load inside the functions that need them.
+
+- :func:`load_profile` -> :class:`QualityProfile` (RouteLLM CSV, MT-Bench judgements, plain JSONL)
+- :func:`quality_model_for` (scenario) -> :class:`QualityModel` with ``preroute``/``cascade``/``assign``
+- :func:`load_router` -> :class:`Router` (``score(prompts)``: difficulty in [0, 1])
+- :class:`LLMJudge` (any OpenAI-compatible endpoint), :class:`OfflineVerifier` (learned, offline)
+"""
+
+from boute.quality.build import build_quality_model, quality_model_for
+from boute.quality.judges import LLMJudge, OfflineVerifier, load_verifier, parse_rating
+from boute.quality.policy import PolicyResult, QualityModel
+from boute.quality.profiles import QualityProfile, load_profile
+from boute.quality.router import Router, load_router, train_router
+
+__all__ = [
+    "LLMJudge",
+    "OfflineVerifier",
+    "PolicyResult",
+    "QualityModel",
+    "QualityProfile",
+    "Router",
+    "build_quality_model",
+    "load_profile",
+    "load_router",
+    "load_verifier",
+    "parse_rating",
+    "quality_model_for",
+    "train_router",
+]

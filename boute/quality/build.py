@@ -1,0 +1,160 @@
+"""Build the :class:`QualityModel` a scenario needs: profile -> tier columns -> router -> (lazy) verifier.
+
+``quality_model_for(scenario)`` is called by the optimiser, the simulator and the CLI, often several times
+per process, so results are memoised per process and embeddings are cached on disk (see
+:mod:`boute.quality.embed`): the first call on a machine embeds the profile's prompts (minutes on two busy
+CPU cores for GSM8K), later calls take well under a second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from boute.errors import SpecError
+from boute.quality.policy import QualityModel
+from boute.quality.profiles import QualityProfile, load_profile
+
+if TYPE_CHECKING:
+    from boute.specs.scenario import Scenario
+
+_MEMO: dict[tuple[Any, ...], QualityModel] = {}
+
+
+def profile_for(scenario: Scenario) -> QualityProfile:
+    ref = scenario.quality.profile
+    path: str | Path = ref if ref.startswith("builtin:") else scenario.resolve_path(ref)
+    return load_profile(path, scenario.quality.format)
+
+
+def tier_models(scenario: Scenario, profile: QualityProfile) -> list[str]:
+    """Profile column of each scenario tier (``quality_model``, default the tier name), checked."""
+    out = []
+    for i, t in enumerate(scenario.tiers):
+        m = t.quality_model or t.name
+        if m not in profile.models:
+            where = scenario.source or scenario.name
+            raise SpecError(
+                where,
+                f"tiers[{i}].quality_model",
+                f"'{m}' is not a model in {profile.source} (has: {', '.join(profile.models)})",
+            )
+        out.append(m)
+    return out
+
+
+def build_quality_model(
+    profile: QualityProfile,
+    models: list[str],
+    tier_names: list[str] | None = None,
+    *,
+    router_path: Path | None = None,
+    cache_dir: Path | None = None,
+    seed: int = 0,
+    test_fraction: float = 0.3,
+) -> QualityModel:
+    """Embed prompts (cached), train or load the router, and wire a lazily trained verifier for cascades."""
+    from boute.quality.embed import Embedder
+    from boute.quality.router import load_router, split_indices, train_router
+
+    emb = Embedder(cache_dir).embed(profile.prompts)
+    if router_path is not None:
+        router = load_router(router_path, cache_dir)
+        if router.n_tiers != len(models):
+            raise SpecError(
+                router_path, "n_tiers", f"router was trained for {router.n_tiers} tiers, scenario has {len(models)}"
+            )
+        split = router.metadata.get("split", {})
+        if router.metadata.get("profile", {}).get("hash") == profile.content_hash and "test_indices" in split:
+            test = np.asarray(split["test_indices"], dtype=np.int64)
+            train = np.setdiff1d(np.arange(len(profile)), test)
+        else:  # trained on other data: every query of this profile is held out for it
+            test, train = np.arange(len(profile)), split_indices(len(profile), test_fraction, seed)[0]
+    else:
+        router, train, test = train_router(profile, models, emb, seed=seed, test_fraction=test_fraction)
+    cols = [profile.models.index(m) for m in models]
+
+    def cascade_scores() -> np.ndarray:
+        return verifier_scores(profile, models, emb, train, cache_dir=cache_dir, seed=seed)
+
+    info = {
+        "profile": profile.source,
+        "scale": list(profile.scale),
+        "models": models,
+        "n_queries": len(profile),
+        "n_test": int(len(test)),
+        "router": router.metadata.get("kind"),
+        "router_test_auc": router.metadata.get("test_auc"),
+    }
+    return QualityModel(
+        tiers=tuple(tier_names or models),
+        test_scores=profile.scores[np.ix_(test, cols)],
+        test_index=test,
+        route_all=router.score_embeddings(emb, profile.prompts),
+        cascade_scores=cascade_scores if len(models) > 1 else None,
+        info=info,
+    )
+
+
+def verifier_scores(
+    profile: QualityProfile,
+    models: list[str],
+    prompt_emb: np.ndarray,
+    train: np.ndarray,
+    *,
+    cache_dir: Path | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """Offline verifier's confidence in each non-final tier's recorded answer, for every profile query."""
+    from boute.errors import BouteError
+    from boute.quality.embed import Embedder
+    from boute.quality.judges import RESPONSE_EMBED, train_verifier
+
+    judged = models[:-1]
+    missing = [m for m in judged if m not in profile.responses]
+    if missing:
+        raise BouteError(f"{profile.source}: no recorded responses for '{missing[0]}': the cascade verifier needs them")
+    # Trained on the judged tiers' own answers only: that is the distribution it scores, and embedding the
+    # largest tier's answers too would double the (slow, CPU) embedding work for little gain.
+    remb = Embedder(cache_dir, **RESPONSE_EMBED)  # type: ignore[arg-type]
+    r_embs = {m: remb.embed(profile.responses[m]) for m in judged}
+    labels = {m: profile.column(m) for m in judged}
+    responses = {m: profile.responses[m] for m in judged}
+    verifier = train_verifier(profile.prompts, prompt_emb, responses, r_embs, labels, train, seed=seed)
+    return np.stack(
+        [verifier.score_embeddings(prompt_emb, r_embs[m], profile.prompts, responses[m]) for m in judged], axis=1
+    )
+
+
+def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> QualityModel:
+    """The scenario's quality model (memoised per process; embeddings cached on disk)."""
+    profile_ref = scenario.quality.profile
+    src = profile_ref if profile_ref.startswith("builtin:") else str(scenario.resolve_path(profile_ref))
+    router_path = scenario.resolve_path(scenario.quality.router) if scenario.quality.router else None
+    stamp = _mtime(src), _mtime(str(router_path)) if router_path else None
+    key = (
+        src,
+        scenario.quality.format,
+        stamp,
+        tuple((t.name, t.quality_model) for t in scenario.tiers),
+        str(router_path),
+        str(cache_dir),
+    )
+    if key not in _MEMO:
+        profile = profile_for(scenario)
+        models = tier_models(scenario, profile)
+        _MEMO[key] = build_quality_model(
+            profile, models, [t.name for t in scenario.tiers], router_path=router_path, cache_dir=cache_dir
+        )
+    return _MEMO[key]
+
+
+def _mtime(path: str) -> float | None:
+    if path.startswith("builtin:"):
+        return None
+    try:
+        return Path(path).stat().st_mtime
+    except OSError:
+        return None

@@ -1,0 +1,237 @@
+"""What a routing policy does to quality, measured on held-out queries, fast enough for the optimiser.
+
+The optimiser encodes a policy as load fractions per tier and asks for its quality thousands of times.
+Everything that does not depend on the fractions is done once in the constructor: held-out queries are
+sorted by the router's difficulty score (and, for cascades, by the verifier's confidence) and each tier's
+scores are turned into cumulative sums in that order. A policy is then a handful of ``searchsorted`` calls
+and lookups: O(tiers * log n), microseconds for 10k queries.
+
+Fractions and thresholds map to each other by *calibrated quantiles*: the thresholds are quantiles of
+the router score over the whole profile (what the router service sees in production: it applies the
+thresholds to live prompts), and the held-out queries then show the shares a tier *actually* gets, which
+can differ from the requested fractions by sampling noise. That difference is reported, not hidden.
+
+Preroute: the router score ``d`` orders queries; tier k serves ``t[k-1] < d <= t[k]`` (``t[-1] = -inf``,
+``t[N-1] = +inf``). Cascade: tier 0 answers every query; the verifier's confidence ``v_k`` in tier k's
+answer accepts it when ``v_k >= theta_k``, otherwise the query moves to tier k+1 (each hop costs one judge
+call and one more generation); the last tier always answers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+MODES = ("preroute", "cascade")
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    quality: float  # expected quality on held-out queries, profile scale [0, 1]
+    shares: np.ndarray  # fraction of queries whose final answer comes from each tier (sums to 1)
+    visits: np.ndarray  # fraction of queries each tier processes (== shares for preroute)
+    judge_calls: float  # judge calls per query (0 for preroute)
+    thresholds: np.ndarray  # score thresholds equivalent to the fractions (len n_tiers - 1)
+
+
+def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
+    """Validated fractions as a list of floats (plain Python: this runs on every policy evaluation)."""
+    f = fractions.tolist() if isinstance(fractions, np.ndarray) else list(fractions)  # type: ignore[arg-type]
+    if len(f) != n:
+        raise ValueError(f"fractions: expected {n} values (one per tier), got {len(f)}")
+    total = 0.0
+    for x in f:
+        if not (x >= -1e-12 and math.isfinite(x)):
+            raise ValueError(f"fractions must be finite and >= 0, got {f}")
+        total += x
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"fractions must sum to 1, got {total:.6g}")
+    return [max(float(x), 0.0) / total for x in f]
+
+
+def _cum_index(f: list[float], m: int) -> list[int]:
+    """Calibration sample counts at the cumulative fractions (all but the last, which is m)."""
+    out, c = [], 0.0
+    for x in f[:-1]:
+        c += x
+        out.append(min(max(round(c * m), 0), m))
+    return out
+
+
+def _midpoints(sorted_scores: np.ndarray, descending: bool = False) -> list[float]:
+    """``mid[k]``: a threshold with exactly k calibration scores on the near side (k = 0..m; ends infinite).
+
+    Works for ascending (preroute, ``score <= t``) and descending (cascade, ``score >= t``) order alike.
+    """
+    inner = ((sorted_scores[:-1] + sorted_scores[1:]) / 2.0).tolist()
+    first, last = (math.inf, -math.inf) if descending else (-math.inf, math.inf)
+    return [first, *inner, last]
+
+
+@dataclass
+class QualityModel:
+    """Held-out quality of preroute and cascade policies over ``tiers`` (small -> large).
+
+    ``test_scores`` (n_test, N): each tier's normalised quality per held-out query. ``route_test`` /
+    ``route_all``: router difficulty on held-out / all profile queries (``all`` calibrates thresholds and
+    routes workload requests by ``prompt_index``). ``cascade_scores`` lazily returns the verifier's
+    confidence in each non-final tier's answer, (n_all, N-1), for all profile queries.
+    """
+
+    tiers: tuple[str, ...]
+    test_scores: np.ndarray
+    test_index: np.ndarray
+    route_all: np.ndarray
+    cascade_scores: Callable[[], np.ndarray] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n_tiers = len(self.tiers)
+        q = np.asarray(self.test_scores, dtype=np.float64)
+        if q.ndim != 2 or q.shape[1] != n_tiers:
+            raise ValueError(f"test_scores must be (n, {n_tiers}), got {q.shape}")
+        self.test_scores = q
+        self.n_test = q.shape[0]
+        self.tier_quality = q.mean(axis=0)
+        self._cal = np.sort(self.route_all)
+        self._cal_mid = _midpoints(self._cal)
+        d = self.route_all[self.test_index]
+        order = np.argsort(d, kind="stable")
+        self._d_sorted = d[order].tolist()  # Python lists: bisect + indexing beat numpy calls on scalars
+        # _cum[k][j] = sum of tier k's scores over the j easiest held-out queries
+        cum = np.zeros((n_tiers, self.n_test + 1))
+        cum[:, 1:] = np.cumsum(q[order].T, axis=1)
+        self._cum = cum.tolist()
+        self._casc: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------------------- preroute
+    def thresholds_for_fractions(self, fractions: ArrayLike) -> np.ndarray:
+        f = _check_fractions(fractions, len(self.tiers))
+        return np.array([self._cal_mid[k] for k in _cum_index(f, len(self._cal_mid) - 1)])
+
+    def fractions_for_thresholds(self, thresholds: ArrayLike) -> np.ndarray:
+        """Share of calibration (all profile) queries each tier gets under these thresholds."""
+        t = np.asarray(thresholds, dtype=np.float64)
+        cum = np.searchsorted(self._cal, t, side="right") / self._cal.shape[0]
+        return np.diff(np.concatenate([[0.0], cum, [1.0]]))
+
+    def preroute(self, fractions: ArrayLike) -> PolicyResult:
+        """Quality when tier k serves the queries whose difficulty falls in its quantile band."""
+        f = _check_fractions(fractions, len(self.tiers))
+        return self._preroute([self._cal_mid[k] for k in _cum_index(f, len(self._cal_mid) - 1)])
+
+    def preroute_thresholds(self, thresholds: ArrayLike) -> PolicyResult:
+        return self._preroute(np.maximum.accumulate(np.asarray(thresholds, dtype=np.float64)).tolist())
+
+    def _preroute(self, t: list[float]) -> PolicyResult:
+        n, d = self.n_test, self._d_sorted
+        b = [0, *(bisect.bisect_right(d, x) for x in t), n]
+        total = sum(c[b[k + 1]] - c[b[k]] for k, c in enumerate(self._cum))
+        shares = np.array([(b[k + 1] - b[k]) / n for k in range(len(t) + 1)])
+        return PolicyResult(total / n, shares, shares, 0.0, np.array(t))
+
+    # -------------------------------------------------------------------------------- cascade
+    def _cascade_prep(self) -> dict[str, Any]:
+        if self._casc is None:
+            if self.cascade_scores is None:
+                from boute.errors import BouteError
+
+                raise BouteError("cascade mode needs a verifier: this quality model has none")
+            v_all = np.asarray(self.cascade_scores(), dtype=np.float64).reshape(len(self.route_all), -1)
+            v = v_all[self.test_index]
+            prep: dict[str, Any] = {"v_all": v_all, "v": v}
+            if len(self.tiers) == 2:  # fast path: held-out queries ordered by confidence, descending
+                order = np.argsort(-v[:, 0], kind="stable")
+                prep["neg_v"] = (-v[order, 0]).tolist()
+                prep["mid_desc"] = _midpoints(np.sort(v_all[:, 0])[::-1], descending=True)
+                q = self.test_scores[order]
+                prep["c0"] = np.concatenate([[0.0], np.cumsum(q[:, 0])]).tolist()
+                prep["c1"] = np.concatenate([[0.0], np.cumsum(q[:, 1])]).tolist()
+            self._casc = prep
+        return self._casc
+
+    def cascade_thresholds(self, fractions: ArrayLike) -> np.ndarray:
+        """theta_k such that a ``fractions[k]`` share of all calibration queries is accepted at tier k."""
+        f = _check_fractions(fractions, len(self.tiers))
+        v = self._cascade_prep()["v_all"]
+        m = v.shape[0]
+        remaining = np.ones(m, dtype=bool)
+        theta = np.full(len(self.tiers) - 1, np.inf)
+        for k in range(len(self.tiers) - 1):
+            pool = -v[remaining, k]  # ascending in -v: the a most confident come first
+            a = round(f[k] * m)
+            if a >= pool.shape[0]:
+                theta[k] = -np.inf
+            elif a > 0:
+                part = np.partition(pool, (a - 1, a))  # O(m), not a sort: this runs per evaluation
+                theta[k] = -(part[a - 1] + part[a]) / 2.0
+            remaining &= ~(v[:, k] >= theta[k])
+        return theta
+
+    def cascade(self, fractions: ArrayLike) -> PolicyResult:
+        """Quality and extra work when ``fractions[k]`` of queries get their answer accepted at tier k."""
+        if len(self.tiers) == 2:
+            f = _check_fractions(fractions, 2)
+            mid = self._cascade_prep()["mid_desc"]
+            return self.cascade_at([mid[_cum_index(f, len(mid) - 1)[0]]])
+        return self.cascade_at(self.cascade_thresholds(fractions))
+
+    def cascade_at(self, theta: ArrayLike) -> PolicyResult:
+        """Cascade with explicit acceptance thresholds on the verifier's confidence."""
+        prep = self._cascade_prep()
+        n, n_tiers = self.n_test, len(self.tiers)
+        if n_tiers == 2:
+            th = float(theta[0])
+            a = bisect.bisect_right(prep["neg_v"], -th)  # number of held-out queries with v >= theta
+            total = prep["c0"][a] + (prep["c1"][-1] - prep["c1"][a])
+            shares = np.array([a / n, 1.0 - a / n])
+            visits = np.array([1.0, 1.0 - a / n])
+            return PolicyResult(total / n, shares, visits, 1.0, np.array([th]))
+        theta = np.asarray(theta, dtype=np.float64)
+        final = self._cascade_route(prep["v"], theta)  # general N: O(n * N) with masks
+        shares = np.bincount(final, minlength=n_tiers) / n
+        total = float(self.test_scores[np.arange(n), final].sum())
+        visits = 1.0 - np.concatenate([[0.0], np.cumsum(shares)[:-1]])
+        return PolicyResult(float(total) / n, shares, visits, float(visits[:-1].sum()), theta)
+
+    @staticmethod
+    def _cascade_route(v: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """Final tier per query: the first tier whose answer clears its threshold (else the last)."""
+        accept = v >= theta[None, :]
+        accept = np.hstack([accept, np.ones((v.shape[0], 1), dtype=bool)])
+        return np.argmax(accept, axis=1)
+
+    # -------------------------------------------------------------------------- workload
+    def assign(
+        self, prompt_index: np.ndarray, fractions: ArrayLike, mode: str = "preroute", seed: int = 0
+    ) -> np.ndarray:
+        """Tier per request (cascade: the tier whose answer is accepted, i.e. the last one reached).
+
+        Requests carrying a profile prompt (``prompt_index >= 0``) are routed by its score, exactly as the
+        router service would; the others (-1: synthetic lengths) are drawn at random by ``fractions``.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
+        f = _check_fractions(fractions, len(self.tiers))
+        idx = np.asarray(prompt_index, dtype=np.int64)
+        if idx.size and idx.max() >= len(self.route_all):
+            raise ValueError(f"prompt_index {int(idx.max())} is beyond the profile ({len(self.route_all)} prompts)")
+        out = np.empty(idx.shape[0], dtype=np.int64)
+        known = idx >= 0
+        if mode == "preroute":
+            t = self.thresholds_for_fractions(f)
+            out[known] = np.searchsorted(t, self.route_all[idx[known]], side="left")
+        else:
+            v = self._cascade_prep()["v_all"]
+            out[known] = self._cascade_route(v[idx[known]], self.cascade_thresholds(f))
+        unknown = ~known
+        if unknown.any():
+            rng = np.random.default_rng(seed)
+            out[unknown] = rng.choice(len(self.tiers), size=int(unknown.sum()), p=f)
+        return out

@@ -1,0 +1,323 @@
+"""Quality profiles: per-query, per-model quality loaded from the formats users already have.
+
+A profile is a matrix ``scores[query, model]`` normalised to [0, 1] (the raw scale is recorded so numbers
+can be shown back in the user's units), the prompt text of every query (the router embeds it) and, where
+the file has them, each model's recorded response (the offline verifier learns from those).
+
+Formats:
+
+- ``routellm-csv``: column ``prompt``, one column per model holding True/False or a number, optional
+  ``<model>_response`` columns (RouteLLM's ``evals/*.csv``).
+- ``mtbench-jsonl``: one GPT-4 judgement per line: ``question_id``, ``model``, ``turn``, ``score`` (1-10),
+  ``user_prompt`` (the judge prompt). A query is one ``(question_id, turn)``. Its prompt is the user's
+  question(s) extracted from the judge prompt: turn 1 -> the ``[Question]`` block; turn 2 -> both user
+  turns of the conversation, joined by a blank line, because the second question only makes sense with
+  the first. The response is the assistant's answer to that turn, also taken from the judge prompt.
+- ``jsonl``: ``{"prompt": ..., "scores": {model: value}, "responses": {model: text}?}`` per line.
+
+Every validation error names the file, the line (or column) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from boute.errors import SpecError
+
+FORMATS = ("routellm-csv", "mtbench-jsonl", "jsonl")
+# Raw scales recognised when the file does not say: booleans / [0,1], 1-10 judge scores, 0-10, percentages.
+_KNOWN_SCALES: tuple[tuple[float, float], ...] = ((0.0, 1.0), (1.0, 10.0), (0.0, 10.0), (0.0, 100.0))
+_TRUE = {"true", "1", "yes", "correct"}
+_FALSE = {"false", "0", "no", "incorrect"}
+
+
+@dataclass(frozen=True)
+class QualityProfile:
+    """Per-query quality of several models; ``scores`` is (n_queries, n_models) in [0, 1]."""
+
+    source: str
+    format: str
+    models: tuple[str, ...]
+    prompts: tuple[str, ...]
+    scores: np.ndarray
+    scale: tuple[float, float]
+    responses: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    query_ids: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def column(self, model: str) -> np.ndarray:
+        """Scores of one model (a view, [0, 1])."""
+        if model not in self.models:
+            raise SpecError(self.source, "models", f"model '{model}' not in profile (has: {', '.join(self.models)})")
+        return self.scores[:, self.models.index(model)]
+
+    def mean_quality(self) -> dict[str, float]:
+        return {m: float(self.scores[:, i].mean()) for i, m in enumerate(self.models)}
+
+    def to_raw(self, value: float | np.ndarray) -> float | np.ndarray:
+        """Back to the file's own units (e.g. an MT-Bench score 1-10)."""
+        lo, hi = self.scale
+        return lo + value * (hi - lo)
+
+    @property
+    def content_hash(self) -> str:
+        """Identifies the data (prompts, models, scores): a router trained on it records this."""
+        h = hashlib.sha256()
+        for p in self.prompts:
+            h.update(p.encode())
+            h.update(b"\0")
+        h.update("\0".join(self.models).encode())
+        h.update(np.ascontiguousarray(self.scores, dtype=np.float64).tobytes())
+        return h.hexdigest()[:16]
+
+
+def detect_format(path: Path) -> str:
+    if path.suffix.lower() == ".csv":
+        return "routellm-csv"
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        for line in _lines(path):
+            obj = line[1]
+            return "mtbench-jsonl" if "question_id" in obj else "jsonl"
+        raise SpecError(path, None, "file is empty")
+    raise SpecError(path, None, f"cannot tell the profile format from suffix '{path.suffix}' (use .csv or .jsonl)")
+
+
+def load_profile(path: str | Path, format: str = "auto", scale: tuple[float, float] | None = None) -> QualityProfile:
+    """Load a quality profile; ``builtin:gsm8k`` and ``builtin:mt-bench`` name the shipped RouteLLM files."""
+    from boute.data import data_path
+
+    shown = str(path)
+    p = data_path(str(path)) if str(path).startswith("builtin:") else Path(path)
+    if not p.is_file():
+        raise SpecError(shown, None, "profile file not found")
+    fmt = detect_format(p) if format == "auto" else format
+    if fmt not in FORMATS:
+        raise SpecError(shown, "format", f"unknown profile format '{fmt}' (known: auto, {', '.join(FORMATS)})")
+    loader = {"routellm-csv": _load_csv, "mtbench-jsonl": _load_mtbench, "jsonl": _load_jsonl}[fmt]
+    return loader(p, shown, scale)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, parsed object) for each non-blank line; malformed JSON names the line."""
+    with path.open(encoding="utf-8") as fh:
+        for no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecError(path, f"line {no}", f"malformed JSON: {exc.msg}") from None
+            if not isinstance(obj, dict):
+                raise SpecError(path, f"line {no}", f"expected a JSON object, got {type(obj).__name__}")
+            yield no, obj
+
+
+def _number(value: object, file: Path | str, where: str, fld: str) -> float:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and np.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        s = value.strip().lower()
+        if s in _TRUE:
+            return 1.0
+        if s in _FALSE:
+            return 0.0
+        try:
+            v = float(s)
+        except ValueError:
+            v = float("nan")
+        if np.isfinite(v):
+            return v
+    raise SpecError(file, f"{where}, field '{fld}'", f"expected True/False or a number, got {value!r}")
+
+
+def _normalise(raw: np.ndarray, file: Path | str, scale: tuple[float, float] | None) -> tuple[np.ndarray, tuple]:
+    """Map raw scores to [0, 1]; the scale is the given one or the first known scale that contains them."""
+    lo_v, hi_v = float(raw.min()), float(raw.max())
+    if scale is None:
+        for lo, hi in _KNOWN_SCALES:
+            if lo <= lo_v and hi_v <= hi:
+                scale = (lo, hi)
+                break
+        else:
+            raise SpecError(file, "scores", f"values span [{lo_v:g}, {hi_v:g}]: not a known scale, pass scale=(lo, hi)")
+    lo, hi = float(scale[0]), float(scale[1])
+    if not hi > lo:
+        raise SpecError(file, "scale", f"scale must have hi > lo, got ({lo:g}, {hi:g})")
+    if lo_v < lo or hi_v > hi:
+        raise SpecError(file, "scores", f"values span [{lo_v:g}, {hi_v:g}], outside the scale ({lo:g}, {hi:g})")
+    return (raw - lo) / (hi - lo), (lo, hi)
+
+
+# --------------------------------------------------------------------------------------------- formats
+def _load_csv(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
+    csv.field_size_limit(1 << 26)
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header:
+            raise SpecError(shown, "line 1", "empty file: expected a header with 'prompt' and model columns")
+        if "prompt" not in header:
+            raise SpecError(shown, "line 1", f"no 'prompt' column (columns: {', '.join(header)})")
+        cols = {name: i for i, name in enumerate(header)}
+        models = [c for c in header if c != "prompt" and not c.endswith("_response") and c]
+        if len(models) < 1:
+            raise SpecError(shown, "line 1", "no model score columns besides 'prompt'")
+        resp_cols = {m: cols[f"{m}_response"] for m in models if f"{m}_response" in cols}
+        prompts: list[str] = []
+        raw: list[list[float]] = []
+        responses: dict[str, list[str]] = {m: [] for m in resp_cols}
+        for row in reader:
+            no = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(header):
+                raise SpecError(shown, f"line {no}", f"{len(row)} columns, header has {len(header)}")
+            prompt = row[cols["prompt"]]
+            if not prompt.strip():
+                raise SpecError(shown, f"line {no}, field 'prompt'", "empty prompt")
+            prompts.append(prompt)
+            raw.append([_number(row[cols[m]], shown, f"line {no}", m) for m in models])
+            for m, ci in resp_cols.items():
+                responses[m].append(row[ci])
+    if not prompts:
+        raise SpecError(shown, None, "no data rows")
+    scores, sc = _normalise(np.asarray(raw, dtype=np.float64), shown, scale)
+    return QualityProfile(
+        source=shown,
+        format="routellm-csv",
+        models=tuple(models),
+        prompts=tuple(prompts),
+        scores=scores,
+        scale=sc,
+        responses={m: tuple(v) for m, v in responses.items()},
+        query_ids=tuple(str(i) for i in range(len(prompts))),
+    )
+
+
+def _load_jsonl(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
+    prompts: list[str] = []
+    rows: list[dict[str, float]] = []
+    resp: list[dict[str, str]] = []
+    models: list[str] = []
+    first_line = 0
+    for no, obj in _lines(path):
+        first_line = first_line or no
+        prompt = obj.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise SpecError(shown, f"line {no}, field 'prompt'", "missing or empty (expected a string)")
+        sc = obj.get("scores")
+        if not isinstance(sc, dict) or not sc:
+            raise SpecError(shown, f"line {no}, field 'scores'", "missing (expected an object {model: score})")
+        if not models:
+            models = list(sc)
+        if set(sc) != set(models):
+            missing = sorted(set(models) - set(sc)) or sorted(set(sc) - set(models))
+            raise SpecError(shown, f"line {no}, field 'scores'", f"models differ from line {first_line}: {missing}")
+        rows.append({m: _number(sc[m], shown, f"line {no}", f"scores.{m}") for m in models})
+        r = obj.get("responses", {})
+        if not isinstance(r, dict) or not all(isinstance(v, str) for v in r.values()):
+            raise SpecError(shown, f"line {no}, field 'responses'", "expected an object {model: text}")
+        resp.append(r)
+        prompts.append(prompt)
+    if not prompts:
+        raise SpecError(shown, None, "no data lines")
+    raw = np.array([[r[m] for m in models] for r in rows], dtype=np.float64)
+    scores, scl = _normalise(raw, shown, scale)
+    responses = {m: tuple(r.get(m, "") for r in resp) for m in models if all(m in r for r in resp)}
+    return QualityProfile(shown, "jsonl", tuple(models), tuple(prompts), scores, scl, responses)
+
+
+_Q_BLOCK = re.compile(r"\[Question\]\n(.*?)\n\n\[The Start of ", re.S)
+_ANSWER = re.compile(r"\[The Start of Assistant's Answer\]\n(.*?)\n\[The End of Assistant's Answer\]", re.S)
+_CONV = re.compile(r"<\|The Start of Assistant A's Conversation with User\|>(.*?)<\|The End of Assistant A's", re.S)
+_USER = re.compile(r"### User:\n(.*?)\n\n### Assistant A:\n(.*?)(?=\n\n### User:|\Z)", re.S)
+
+
+def mtbench_prompt_response(user_prompt: str, turn: int) -> tuple[str, str] | None:
+    """The user's question(s) and the judged answer, extracted from an MT-Bench judge prompt."""
+    if turn == 1:
+        q, a = _Q_BLOCK.search(user_prompt), _ANSWER.search(user_prompt)
+        return (q.group(1).strip(), a.group(1).strip()) if q and a else None
+    conv = _CONV.search(user_prompt)
+    if not conv:
+        return None
+    turns = _USER.findall(conv.group(1))
+    if len(turns) < turn:
+        return None
+    return "\n\n".join(u.strip() for u, _ in turns[:turn]), turns[turn - 1][1].strip()
+
+
+def _load_mtbench(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
+    by_query: dict[tuple[str, int], dict[str, float]] = {}
+    text: dict[tuple[str, int], str] = {}
+    answers: dict[tuple[str, int], dict[str, str]] = {}
+    first_line: dict[tuple[str, int], int] = {}
+    models: list[str] = []
+    for no, obj in _lines(path):
+        for fld in ("question_id", "model", "turn", "score"):
+            if fld not in obj:
+                raise SpecError(shown, f"line {no}, field '{fld}'", "missing")
+        model = obj["model"]
+        if not isinstance(model, str) or not model:
+            raise SpecError(shown, f"line {no}, field 'model'", f"expected a model name, got {model!r}")
+        turn = obj["turn"]
+        if not isinstance(turn, int) or isinstance(turn, bool) or turn < 1:
+            raise SpecError(shown, f"line {no}, field 'turn'", f"expected a turn number >= 1, got {turn!r}")
+        key = (str(obj["question_id"]), turn)
+        score = _number(obj["score"], shown, f"line {no}", "score")
+        if score < 0:  # FastChat writes -1 when the judge's rating could not be parsed
+            raise SpecError(shown, f"line {no}, field 'score'", f"no valid judge score ({score:g})")
+        slot = by_query.setdefault(key, {})
+        if model in slot:
+            raise SpecError(
+                shown, f"line {no}, field 'model'", f"second judgement of '{model}' for question {key[0]} turn {turn}"
+            )
+        slot[model] = score
+        first_line.setdefault(key, no)
+        if model not in models:
+            models.append(model)
+        up = obj.get("user_prompt")
+        if isinstance(up, str):
+            got = mtbench_prompt_response(up, turn)
+            if got is not None:
+                text.setdefault(key, got[0])
+                answers.setdefault(key, {})[model] = got[1]
+    if not by_query:
+        raise SpecError(shown, None, "no judgement lines")
+    keys = sorted(by_query, key=lambda k: (int(k[0]) if k[0].isdigit() else k[0], k[1]))
+    for k in keys:
+        missing = [m for m in models if m not in by_query[k]]
+        if missing:
+            raise SpecError(
+                shown, f"line {first_line[k]}", f"question {k[0]} turn {k[1]} has no score for {missing[0]}"
+            )
+        if k not in text:
+            raise SpecError(shown, f"line {first_line[k]}, field 'user_prompt'", "cannot find the user question in it")
+    raw = np.array([[by_query[k][m] for m in models] for k in keys], dtype=np.float64)
+    scores, scl = _normalise(raw, shown, scale if scale is not None else ((1.0, 10.0) if raw.min() >= 1 else None))
+    responses = {
+        m: tuple(answers[k].get(m, "") for k in keys) for m in models if all(m in answers.get(k, {}) for k in keys)
+    }
+    return QualityProfile(
+        source=shown,
+        format="mtbench-jsonl",
+        models=tuple(models),
+        prompts=tuple(text[k] for k in keys),
+        scores=scores,
+        scale=scl,
+        responses=responses,
+        query_ids=tuple(f"{q}/{t}" for q, t in keys),
+    )
