@@ -29,9 +29,27 @@ def _root() -> None:
 
 def _register() -> None:
     # One line per command module; each module exposes `register(app)`.
-    from boute.cli import perf_cmd, router_cmd, serve_cmd, simulate_cmd, validate_cmd
+    from boute.cli import (
+        deploy_cmd,
+        experiments_cmd,
+        optimize_cmd,
+        perf_cmd,
+        router_cmd,
+        serve_cmd,
+        simulate_cmd,
+        validate_cmd,
+    )
 
-    for module in (validate_cmd, perf_cmd, simulate_cmd, serve_cmd, router_cmd):
+    for module in (
+        validate_cmd,
+        perf_cmd,
+        simulate_cmd,
+        optimize_cmd,
+        experiments_cmd,
+        serve_cmd,
+        router_cmd,
+        deploy_cmd,
+    ):
         module.register(app)
 
 

@@ -1,0 +1,223 @@
+"""``boute deploy PLAN --target local|ray [--emulate]``, ``boute deploy status``, ``boute deploy down``.
+
+A deployment is a background controller (``backends.deploy.daemon``) owning the replicas; this command
+only hands it a plan and waits. Deploying while one runs is a rolling update to the new plan.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from boute.errors import BouteError
+
+
+def _parse_gpu_ids(items: list[str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for it in items:
+        name, sep, ids = it.partition("=")
+        try:
+            out[name] = [int(i) for i in ids.split(",") if i != ""]
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise BouteError(f"--gpu-ids: expected TYPE=0,1,..., got '{it}'")
+    return out
+
+
+def _wait(
+    directory: Path, generation: int, timeout_s: float, proc: Any = None, gateway: bool = False
+) -> dict[str, Any]:
+    from backends.deploy.state import DAEMON_LOG, pid_alive, read_state
+    from backends.supervisor import log_tail
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = read_state(directory) or {}
+        ready = st.get("status") == "ready" and int(st.get("generation", 0)) > generation
+        if ready and (st.get("gateway_url") or not gateway):
+            return st
+        if st.get("status") == "failed" and st.get("error"):
+            raise BouteError(f"deploy: {st['error']}")
+        gone = proc is not None and proc.poll() is not None
+        if gone or st.get("pid") and not pid_alive(st["pid"]) or st.get("status") == "stopped":
+            raise BouteError(f"deploy: controller exited ({log_tail(directory / DAEMON_LOG) or 'no log'})")
+        if time.monotonic() > deadline:
+            raise BouteError(f"deploy: not ready after {timeout_s:g}s (see {directory / 'state.json'})")
+        time.sleep(0.3)
+
+
+def _table(st: dict[str, Any]) -> str:
+    lines = [
+        f"status {st.get('status')}  target {st.get('target')}  generation {st.get('generation')}  "
+        f"registry {st['registry']['redis_url']} prefix {st['registry']['prefix']}"
+    ]
+    if st.get("gateway_url"):
+        lines.append(f"gateway {st['gateway_url']}/v1")
+    for r in st.get("replicas", []):
+        where = r.get("node_ip") or r.get("node", "")
+        res = r.get("resources") or r.get("gpu_ids") or ""
+        lines.append(
+            f"  {r['id']:<48} {r['url']:<26} {'registered' if r['registered'] else 'NOT registered':<14} "
+            f"restarts {r.get('restarts', 0)}  {where} {res}"
+        )
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("deploy")
+    def deploy_cmd(
+        plan: str = typer.Argument(..., help="plan JSON/YAML to deploy, or 'status' / 'down'"),
+        target: str = typer.Option("local", "--target", "-t", help="local (processes here) or ray (Ray actors)"),
+        emulate: bool = typer.Option(False, "--emulate", help="emulated CPU backends instead of SGLang"),
+        redis: str = typer.Option(
+            "redis://127.0.0.1:6379/0",
+            "--redis",
+            envvar="BOUTE_REDIS_URL",
+            help="Redis the gateway reads its registry from",
+        ),
+        prefix: str = typer.Option("boute", "--prefix", help="Redis key prefix (the gateway's --redis-prefix)"),
+        directory: Path | None = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]"),
+        speedup: float = typer.Option(1.0, "--speedup", help="emulated backends run this much faster than modelled"),
+        gateway_port: int | None = typer.Option(None, "--gateway-port", help="also run a gateway on this port"),
+        ray_address: str | None = typer.Option(
+            None, "--ray-address", help="existing Ray cluster (default: a local one)"
+        ),
+        resource_mode: str = typer.Option(
+            "custom", "--resources", help="ray: custom (gpu_<type> resources) or accelerator (num_gpus + type)"
+        ),
+        gpu_ids: list[str] = typer.Option([], "--gpu-ids", help="local SGLang: TYPE=0,1,.. CUDA ids per GPU type"),
+        timeout: float = typer.Option(600.0, "--timeout", help="seconds to wait for the fleet to be ready"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Deploy a plan (a rolling update when one runs), or show its status, or take it down."""
+        from backends.deploy.state import default_dir, read_state, running
+
+        d = (directory or default_dir()).expanduser().resolve()
+        if plan == "status":
+            st = read_state(d)
+            if st is None:
+                raise BouteError(f"deploy status: nothing deployed in {d}")
+            if not running(st) and st.get("status") != "stopped":
+                st["status"] = "dead (controller not running)"
+            typer.echo(json.dumps(st, indent=2) if as_json else _table(st))
+            return
+        if plan == "down":
+            _down(d)
+            return
+        _deploy(
+            Path(plan),
+            d,
+            target=target,
+            emulate=emulate,
+            redis=redis,
+            prefix=prefix,
+            speedup=speedup,
+            gateway_port=gateway_port,
+            ray_address=ray_address,
+            resource_mode=resource_mode,
+            gpu_ids=_parse_gpu_ids(gpu_ids),
+            timeout=timeout,
+            as_json=as_json,
+            running=running(read_state(d)),
+        )
+
+
+def _down(d: Path) -> None:
+    import os
+    import signal
+
+    from backends.deploy.state import pid_alive, read_state
+
+    st = read_state(d)
+    if st is None or not pid_alive(st.get("pid")):
+        typer.echo(f"nothing running in {d}")
+        return
+    os.kill(int(st["pid"]), signal.SIGTERM)
+    deadline = time.monotonic() + 120
+    while pid_alive(st["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if pid_alive(st["pid"]):
+        raise BouteError(f"deploy down: controller {st['pid']} still running after 120s")
+    typer.echo(f"stopped {len(st.get('replicas', []))} replicas; deregistered from prefix {st['registry']['prefix']}")
+
+
+def _deploy(
+    plan_path: Path,
+    d: Path,
+    *,
+    target: str,
+    emulate: bool,
+    redis: str,
+    prefix: str,
+    speedup: float,
+    gateway_port: int | None,
+    ray_address: str | None,
+    resource_mode: str,
+    gpu_ids: dict[str, list[int]],
+    timeout: float,
+    as_json: bool,
+    running: bool,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from backends.deploy.registry import Registry
+    from backends.deploy.state import CONFIG_FILE, DAEMON_LOG, DESIRED_FILE, read_state
+    from boute.specs import load_plan, load_scenario
+    from boute.specs.io import write_atomic
+
+    if target not in ("local", "ray"):
+        raise BouteError(f"--target: expected local or ray, got '{target}'")
+    if resource_mode not in ("custom", "accelerator"):
+        raise BouteError(f"--resources: expected custom or accelerator, got '{resource_mode}'")
+    if speedup <= 0:
+        raise BouteError(f"--speedup: must be > 0, got {speedup:g}")
+    p = load_plan(plan_path)
+    sc = load_scenario(p.scenario) if p.scenario else load_scenario(None)
+    d.mkdir(parents=True, exist_ok=True)
+    if running:
+        st = read_state(d) or {}
+        if st.get("target") != target:
+            raise BouteError(f"deploy: a '{st.get('target')}' deployment runs in {d}; `boute deploy down` it first")
+        write_atomic(d / DESIRED_FILE, p.model_dump_json(exclude_none=True))
+        os.kill(int(st["pid"]), signal.SIGHUP)
+        st = _wait(d, int(st.get("generation", 0)), timeout)
+    else:
+        try:  # fail fast with one line when the registry is unreachable
+            Registry(redis, prefix).entries()
+        except BouteError as exc:
+            raise BouteError(f"--redis: {exc}") from None
+        cfg = {
+            "target": target,
+            "emulate": emulate,
+            "redis_url": redis,
+            "prefix": prefix,
+            "speedup": speedup,
+            "profile": sc.quality.profile,
+            "profile_models": {t.name: t.quality_model or t.name for t in sc.tiers},
+            "gateway_port": gateway_port,
+            "ray_address": ray_address,
+            "resource_mode": resource_mode,
+            "gpu_ids": gpu_ids,
+            "inventory": dict(sc.cluster.gpus),
+        }
+        write_atomic(d / CONFIG_FILE, json.dumps(cfg, indent=2))
+        write_atomic(d / DESIRED_FILE, p.model_dump_json(exclude_none=True))
+        (d / "state.json").unlink(missing_ok=True)
+        with open(d / DAEMON_LOG, "ab") as logf:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "backends.deploy.daemon", "--dir", str(d)],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        st = _wait(d, 0, timeout, proc, gateway=gateway_port is not None)
+    typer.echo(json.dumps(st, indent=2) if as_json else _table(st))

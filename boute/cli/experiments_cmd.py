@@ -1,0 +1,166 @@
+"""``boute experiments list|show|export``: read the tracking database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+experiments_app = typer.Typer(help="Inspect tracked optimisation experiments.", no_args_is_help=True)
+
+_DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
+
+
+def _load(db: str | None, ref: str) -> tuple[object, dict]:
+    from boute.errors import BouteError
+    from boute.tracking import open_store
+
+    store = open_store(db)
+    exp = store.experiment(ref)
+    if exp is None:
+        store.close()
+        raise BouteError(f"experiments: no experiment named or numbered '{ref}'")
+    return store, {
+        "id": exp.id,
+        "name": exp.name,
+        "scenario": exp.scenario,
+        "strategy": exp.strategy,
+        "evaluator": exp.evaluator,
+        "seed": exp.seed,
+        "status": exp.status,
+        "settings": exp.settings,
+        "created_at": exp.created_at.isoformat(timespec="seconds") if exp.created_at else None,
+    }
+
+
+@experiments_app.command("list")
+def list_cmd(db: str | None = _DB, as_json: bool = typer.Option(False, "--json")) -> None:
+    """One line per experiment."""
+    from boute.tracking import open_store
+
+    store = open_store(db)
+    try:
+        rows = store.experiments()
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    for r in rows:
+        typer.echo(
+            f"{r['id']:>4}  {r['name']:<48} {r['strategy']:<7} {r['evaluator']:<5} {r['trials']:>5} trials  {r['status']}"
+        )
+
+
+@experiments_app.command("show")
+def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: str | None = _DB) -> None:
+    """Settings, trial count, best plans and the latest Pareto front of an experiment."""
+    store, info = _load(db, ref)
+    try:
+        rows = store.trial_rows(info["id"])
+        fronts = store.fronts(info["id"])
+        plans = store.plans(info["id"])
+    finally:
+        store.close()
+    info["trials"] = len(rows)
+    info["failed"] = sum(r.status != "complete" for r in rows)
+    info["eval_wall_s"] = round(sum(r.wall_s for r in rows), 3)
+    if fronts:
+        f = fronts[-1]
+        info["front"] = {
+            "evaluator": f.evaluator,
+            "hypervolume": f.hypervolume,
+            "n_trials": f.n_trials,
+            "points": [{k: p[k] for k in ("trial", "quality", "p95_latency_s", "cost_per_hour")} for p in f.points],
+        }
+    if plans:
+        info["plan"] = {
+            "trial": plans[-1].trial_index,
+            "path": plans[-1].path,
+            "predicted": plans[-1].plan.get("predicted"),
+        }
+    typer.echo(json.dumps(info, indent=2, default=str))
+
+
+@experiments_app.command("export")
+def export_cmd(
+    ref: str = typer.Argument(..., help="experiment name or id"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="file to write (.json or .csv); default stdout JSON"),
+    db: str | None = _DB,
+) -> None:
+    """Every trial (parameters, metrics, timings) as JSON or CSV."""
+    from boute.specs.io import write_atomic
+
+    store, info = _load(db, ref)
+    try:
+        rows = store.trial_rows(info["id"])
+        fronts = store.fronts(info["id"])
+        plans = store.plans(info["id"])
+    finally:
+        store.close()
+    trials = [
+        {
+            "index": r.index,
+            "status": r.status,
+            "evaluator": r.evaluator,
+            "wall_s": r.wall_s,
+            "params": r.params,
+            "metrics": r.metrics,
+            "error": r.error,
+        }
+        for r in rows
+    ]
+    if out is not None and out.suffix == ".csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        cols = [
+            "index",
+            "status",
+            "quality",
+            "p95_latency_s",
+            "throughput_rps",
+            "cost_per_hour",
+            "fractions",
+            "deployment",
+            "wall_s",
+        ]
+        w = csv.writer(buf)
+        w.writerow(cols)
+        for t in trials:
+            m = t["metrics"] or {}
+            dep = ";".join(
+                f"{g['tier']}/{g['gpu']}/{g['count']}x{g['tp']}x{g['pp']}" for g in t["params"]["deployment"]
+            )
+            w.writerow(
+                [
+                    t["index"],
+                    t["status"],
+                    m.get("quality"),
+                    m.get("p95_latency_s"),
+                    m.get("throughput_rps"),
+                    m.get("cost_per_hour"),
+                    " ".join(f"{f:.4f}" for f in t["params"]["fractions"]),
+                    dep,
+                    t["wall_s"],
+                ]
+            )
+        write_atomic(out, buf.getvalue())
+        return
+    doc = {
+        "experiment": info,
+        "trials": trials,
+        "fronts": [{"evaluator": f.evaluator, "hypervolume": f.hypervolume, "points": f.points} for f in fronts],
+        "plans": [{"trial": p.trial_index, "plan": p.plan, "confirmed": p.confirmed} for p in plans],
+    }
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        write_atomic(out, text)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(experiments_app, name="experiments")

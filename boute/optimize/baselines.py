@@ -1,0 +1,158 @@
+"""Baselines in the same harness: random search, NSGA-II (pymoo, ask/tell), fixed strategies.
+
+``random`` and ``nsga2`` implement the same ``ask(trials)`` contract as MOBO, so they are compared on equal
+evaluation budgets and resume the same way. The fixed strategies are the paper's comparison points:
+the large model alone on the best single GPU type, the large model alone on the heterogeneous pool,
+both tiers with equal resources (RouteLLM-style), and MOBO restricted to one GPU type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from boute.optimize.evaluators import OVERLOAD_P95_S
+from boute.optimize.result import Trial
+from boute.optimize.space import Candidate, Space
+
+
+class RandomStrategy:
+    """Uniform points of the box; point ``i`` depends only on (seed, i), so resuming is exact."""
+
+    name = "random"
+
+    def __init__(self, space: Space, *, seed: int = 0) -> None:
+        self.space = space
+        self.seed = seed
+
+    def ask(self, trials: Sequence[Trial]) -> np.ndarray:
+        return np.random.default_rng([self.seed, len(trials)]).random(self.space.dim)
+
+
+class NSGA2Strategy:
+    """NSGA-II with constraint handling (pymoo ask/tell); replays told generations from the trials."""
+
+    name = "nsga2"
+
+    def __init__(self, space: Space, *, seed: int = 0, pop_size: int = 12) -> None:
+        from pymoo.algorithms.moo.nsga2 import NSGA2
+        from pymoo.core.problem import Problem
+        from pymoo.core.termination import NoTermination
+
+        self.space = space
+        floor = space.scenario.targets.quality_floor
+        self._floor = floor
+        self._log_cap = math.log(space.scenario.targets.p95_latency_s)
+        problem = Problem(n_var=space.dim, n_obj=2, n_ieq_constr=2, xl=0.0, xu=1.0)
+        self._algo = NSGA2(pop_size=pop_size)
+        self._algo.setup(problem, termination=NoTermination(), seed=seed, verbose=False)
+        self._problem = problem
+        self._batch = None  # pymoo Population asked last
+        self._start = 0  # trial index of its first member
+
+    def _tell(self, trials: Sequence[Trial]) -> None:
+        from pymoo.core.evaluator import Evaluator
+        from pymoo.problems.static import StaticProblem
+
+        pop = self._batch
+        F, G = [], []
+        for t in trials[self._start : self._start + len(pop)]:
+            if t.ok:
+                q, p = t.result.quality, t.result.p95_latency_s  # type: ignore[union-attr]
+            else:
+                q, p = 0.0, OVERLOAD_P95_S
+            lp = math.log(max(p, 1e-6))
+            F.append([-q, lp])
+            G.append([self._floor - q, lp - self._log_cap])
+        Evaluator().eval(StaticProblem(self._problem, F=np.array(F), G=np.array(G)), pop)
+        self._algo.tell(infills=pop)
+
+    def ask(self, trials: Sequence[Trial]) -> np.ndarray:
+        n = len(trials)
+        while self._batch is None or n >= self._start + len(self._batch):
+            if self._batch is not None:
+                self._tell(trials)
+                self._start += len(self._batch)
+            self._batch = self._algo.ask()
+        return np.asarray(self._batch.get("X")[n - self._start], dtype=float)
+
+
+def make_strategy(name: str, space: Space, seed: int = 0, **kw: object):  # noqa: ANN201 - Strategy
+    from boute.errors import BouteError
+
+    if name == "mobo":
+        from boute.optimize.mobo import MoboStrategy
+
+        return MoboStrategy(space, seed=seed, **kw)  # type: ignore[arg-type]
+    if name == "random":
+        return RandomStrategy(space, seed=seed)
+    if name == "nsga2":
+        return NSGA2Strategy(space, seed=seed)
+    raise BouteError(f"--strategy: unknown strategy '{name}' (known: mobo, random, nsga2)")
+
+
+# ---- fixed strategies (the paper's comparison points) -----------------------------------------------
+def _max_replicas(space: Space, pair_index: int, config_index: int, budget: float) -> int:
+    p = space.pairs[pair_index]
+    c = p.configs[config_index]
+    return int(min(p.inventory // c.gpus, math.floor(budget / (c.gpus * p.price) + 1e-9)))
+
+
+def single_tier_single_gpu(space: Space, tier: int, fractions: tuple[float, ...]) -> list[Candidate]:
+    """Every (GPU type, config) of ``tier`` with as many replicas as budget and inventory allow."""
+    out = []
+    for i, p in enumerate(space.pairs):
+        if p.tier != tier:
+            continue
+        for k, _ in enumerate(p.configs):
+            n = _max_replicas(space, i, k, space.budget)
+            if n < 1:
+                continue
+            x = np.zeros(space.dim)
+            x[p.count_dim] = n * p.configs[k].gpus / p.inventory
+            if p.config_dim is not None:
+                x[p.config_dim] = (k + 0.5) / len(p.configs)
+            out.append(_with_fractions(space, x, fractions))
+    return out
+
+
+def equal_split(space: Space, fractions: tuple[float, ...]) -> list[Candidate]:
+    """RouteLLM-style: each tier gets an equal share of the budget on one GPU type of its own choosing."""
+    tiers = [t for t in space.active_tiers if fractions[t] > 0]
+    share = space.budget / len(tiers)
+    per_tier: list[list[tuple[int, int, int]]] = []
+    for t in tiers:
+        opts = []
+        for i, p in enumerate(space.pairs):
+            if p.tier != t:
+                continue
+            for k in range(len(p.configs)):
+                n = _max_replicas(space, i, k, share)
+                if n >= 1:
+                    opts.append((i, k, n))
+        per_tier.append(opts)
+    out: list[Candidate] = []
+    for combo in np.array(np.meshgrid(*[np.arange(len(o)) for o in per_tier])).T.reshape(-1, len(per_tier)):
+        x = np.zeros(space.dim)
+        used: dict[str, int] = {}
+        ok = True
+        for t_i, j in enumerate(combo):
+            i, k, n = per_tier[t_i][int(j)]
+            p = space.pairs[i]
+            used[p.gpu] = used.get(p.gpu, 0) + n * p.configs[k].gpus
+            ok &= used[p.gpu] <= p.inventory
+            x[p.count_dim] = n * p.configs[k].gpus / p.inventory
+            if p.config_dim is not None:
+                x[p.config_dim] = (k + 0.5) / len(p.configs)
+        if ok:
+            out.append(_with_fractions(space, x, fractions))
+    return out
+
+
+def _with_fractions(space: Space, x: np.ndarray, fractions: tuple[float, ...]) -> Candidate:
+    """Decode the deployment part of ``x`` with routing fixed to ``fractions``."""
+    fixed = Space.build(space.scenario, gpus=space.gpus, tiers=space.active_tiers, fixed_fractions=fractions)
+    xx = x[space.n_routing :] if fixed.n_routing == 0 else x
+    return fixed.decode(xx)

@@ -1,0 +1,85 @@
+"""SQLAlchemy 2.0 models of experiment tracking: experiments, trials, Pareto fronts, plans.
+
+JSON columns hold what varies by strategy and evaluator (parameters, metrics, plan documents); the fixed
+columns are what queries filter and order on. ``(experiment_id, index)`` is unique: a trial can never be
+recorded twice, which is what makes resuming safe.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True, index=True)
+    scenario: Mapped[str] = mapped_column(String(200))
+    strategy: Mapped[str] = mapped_column(String(40))
+    evaluator: Mapped[str] = mapped_column(String(40))
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
+
+    trials: Mapped[list[TrialRow]] = relationship(
+        back_populates="experiment", cascade="all, delete-orphan", order_by="TrialRow.index"
+    )
+
+
+class TrialRow(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("experiment_id", "index", name="uq_trials_experiment_index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))
+    evaluator: Mapped[str] = mapped_column(String(40))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+    experiment: Mapped[Experiment] = relationship(back_populates="trials")
+
+
+class ParetoFront(Base):
+    __tablename__ = "pareto_fronts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    evaluator: Mapped[str] = mapped_column(String(40))
+    points: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    hypervolume: Mapped[float] = mapped_column(Float)
+    n_trials: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class PlanRow(Base):
+    __tablename__ = "plans"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    trial_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    predicted: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    confirmed: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

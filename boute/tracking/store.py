@@ -1,0 +1,211 @@
+"""The tracking store: open (and migrate) a database, record trials transactionally, read them back.
+
+SQLite file by default (``sqlite:///boute.db``), PostgreSQL via ``postgresql+psycopg://...``. Migrations
+ship in the package and run on open, so a database created by an older BOute is upgraded in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from boute.errors import BouteError
+from boute.tracking.models import Experiment, ParetoFront, PlanRow, TrialRow
+
+DEFAULT_URL = "sqlite:///boute.db"
+
+
+def normalise_url(url: str | None) -> str:
+    """``None`` -> the default SQLite file; a bare path -> a SQLite URL."""
+    if not url:
+        return DEFAULT_URL
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser()}"
+    return url
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent)."""
+    from alembic import command
+    from alembic.config import Config
+
+    here = Path(__file__).parent
+    cfg = Config(str(here / "alembic.ini"))
+    cfg.set_main_option("script_location", str(here / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._session = sessionmaker(engine, expire_on_commit=False)
+
+    @contextmanager
+    def tx(self) -> Iterator[Session]:
+        """One transaction: committed on success, rolled back on any error."""
+        with self._session() as s, s.begin():
+            yield s
+
+    # ---- experiments ----------------------------------------------------------------------------
+    def experiment(self, ref: str | int) -> Experiment | None:
+        with self.tx() as s:
+            if isinstance(ref, int) or str(ref).isdigit():
+                exp = s.get(Experiment, int(ref))
+                if exp is not None:
+                    return exp
+            return s.scalar(select(Experiment).where(Experiment.name == str(ref)))
+
+    def open_experiment(
+        self, name: str, *, scenario: str, strategy: str, evaluator: str, seed: int, settings: dict[str, Any]
+    ) -> tuple[Experiment, bool]:
+        """The experiment called ``name`` (resumed: True) or a new one; settings must match to resume."""
+        found = self.experiment(name)
+        if found is not None:
+            old = {"strategy": found.strategy, "evaluator": found.evaluator, "seed": found.seed, **found.settings}
+            new = {"strategy": strategy, "evaluator": evaluator, "seed": seed, **settings}
+            for key in sorted(set(old) | set(new)):
+                if key != "max_evals" and old.get(key) != new.get(key):
+                    raise BouteError(
+                        f"--experiment: '{name}' was run with {key}={old.get(key)!r}, not {new.get(key)!r}; "
+                        "pick another --experiment name to start a new one"
+                    )
+            return found, True
+        with self.tx() as s:
+            exp = Experiment(
+                name=name,
+                scenario=scenario,
+                strategy=strategy,
+                evaluator=evaluator,
+                seed=seed,
+                settings=settings,
+                status="running",
+            )
+            s.add(exp)
+            s.flush()
+        return exp, False
+
+    def set_status(self, experiment_id: int, status: str, **settings: Any) -> None:
+        with self.tx() as s:
+            exp = s.get(Experiment, experiment_id)
+            if exp is None:
+                return
+            exp.status = status
+            if settings:
+                exp.settings = {**exp.settings, **settings}
+            exp.updated_at = datetime.now(UTC)
+
+    def experiments(self) -> list[dict[str, Any]]:
+        from sqlalchemy import func
+
+        with self.tx() as s:
+            counts = dict(
+                s.execute(select(TrialRow.experiment_id, func.count()).group_by(TrialRow.experiment_id)).all()
+            )
+            rows = s.scalars(select(Experiment).order_by(Experiment.id)).all()
+            return [
+                {
+                    "id": e.id,
+                    "name": e.name,
+                    "scenario": e.scenario,
+                    "strategy": e.strategy,
+                    "evaluator": e.evaluator,
+                    "seed": e.seed,
+                    "status": e.status,
+                    "trials": counts.get(e.id, 0),
+                    "created_at": e.created_at.isoformat(timespec="seconds") if e.created_at else None,
+                }
+                for e in rows
+            ]
+
+    # ---- trials ---------------------------------------------------------------------------------
+    def add_trial(self, experiment_id: int, row: dict[str, Any]) -> None:
+        """Record one finished trial in its own transaction (the unique index refuses a duplicate)."""
+        with self.tx() as s:
+            s.add(TrialRow(experiment_id=experiment_id, **row))
+
+    def trial_rows(self, experiment_id: int) -> list[TrialRow]:
+        with self.tx() as s:
+            return list(
+                s.scalars(select(TrialRow).where(TrialRow.experiment_id == experiment_id).order_by(TrialRow.index))
+            )
+
+    # ---- results --------------------------------------------------------------------------------
+    def add_front(
+        self, experiment_id: int, evaluator: str, points: list[dict[str, Any]], hypervolume: float, n_trials: int
+    ) -> None:
+        with self.tx() as s:
+            s.add(
+                ParetoFront(
+                    experiment_id=experiment_id,
+                    evaluator=evaluator,
+                    points=points,
+                    hypervolume=hypervolume,
+                    n_trials=n_trials,
+                )
+            )
+
+    def add_plan(
+        self,
+        experiment_id: int,
+        trial_index: int | None,
+        plan: dict[str, Any],
+        predicted: dict | None,
+        confirmed: dict | None,
+        path: str | None,
+    ) -> None:
+        with self.tx() as s:
+            s.add(
+                PlanRow(
+                    experiment_id=experiment_id,
+                    trial_index=trial_index,
+                    plan=plan,
+                    predicted=predicted,
+                    confirmed=confirmed,
+                    path=path,
+                )
+            )
+
+    def fronts(self, experiment_id: int) -> list[ParetoFront]:
+        with self.tx() as s:
+            return list(
+                s.scalars(
+                    select(ParetoFront).where(ParetoFront.experiment_id == experiment_id).order_by(ParetoFront.id)
+                )
+            )
+
+    def plans(self, experiment_id: int) -> list[PlanRow]:
+        with self.tx() as s:
+            return list(s.scalars(select(PlanRow).where(PlanRow.experiment_id == experiment_id).order_by(PlanRow.id)))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_store(url: str | None = None) -> Store:
+    """Connect, apply migrations, return the store; an unreachable or bad URL is a one-line BouteError."""
+    url = normalise_url(url)
+    try:
+        engine = create_engine(url)
+        if engine.dialect.name == "sqlite":
+
+            @event.listens_for(engine, "connect")
+            def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.execute("PRAGMA busy_timeout=10000")
+                cur.close()
+
+        migrate(engine)
+    except (SQLAlchemyError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BouteError(f"--db: cannot open tracking database {url}: {first}") from None
+    return Store(engine)

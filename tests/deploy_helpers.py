@@ -1,0 +1,78 @@
+"""Helpers shared by the deployment tests: a load generator that counts failures while a fleet changes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import httpx
+
+PLAN_A = {
+    "scenario": "builtin:paper-gsm8k",
+    "routing": {"tiers": ["small", "large"], "fractions": [0.5, 0.5]},
+    "deployment": [
+        {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 2},
+        {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4},
+    ],
+}
+PLAN_B = {
+    "scenario": "builtin:paper-gsm8k",
+    "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4]},
+    "deployment": [
+        {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-5090", "count": 1},
+        {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 1},
+        {"tier": "large", "model": "llama-3.1-70b", "gpu": "rtx-pro-6000", "tp": 2},
+    ],
+}
+
+
+class Load:
+    """``clients`` threads sending chat requests (half forced to each tier) until stopped."""
+
+    def __init__(self, url: str, clients: int = 4) -> None:
+        self.url, self.clients = url, clients
+        self.outcomes: Counter[str] = Counter()
+        self.tiers: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
+
+    def _run(self, i: int) -> None:
+        model = ["router-small", "router-large", "boute"][i % 3]
+        with httpx.Client(base_url=self.url, timeout=30.0, trust_env=False) as c:
+            while not self._stop.is_set():
+                body = {"model": model, "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 8}
+                try:
+                    r = c.post("/v1/chat/completions", json=body)
+                    key, tier = str(r.status_code), r.headers.get("x-boute-tier")
+                except httpx.HTTPError as exc:
+                    key, tier = type(exc).__name__, None
+                with self._lock:
+                    self.outcomes[key] += 1
+                    if tier:
+                        self.tiers[tier] += 1
+                time.sleep(0.01)
+
+    def __enter__(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=40)
+
+    @property
+    def failed(self) -> int:
+        return sum(v for k, v in self.outcomes.items() if k != "200")
+
+
+def wait_for(pred, timeout: float = 30.0, interval: float = 0.1) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return False

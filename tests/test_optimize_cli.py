@@ -1,0 +1,177 @@
+"""``boute optimize`` / ``boute experiments`` end to end, in subprocesses (real evaluators, real DB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BOUTE = [sys.executable, "-m", "boute.cli.main"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BOUTE, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _count(db: Path) -> int:
+    try:
+        with sqlite3.connect(db, timeout=5) as c:
+            return c.execute("SELECT count(*) FROM trials").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    common = [
+        "--strategy",
+        "random",
+        "--seed",
+        "3",
+        "--db",
+        f"sqlite:///{db}",
+        "--experiment",
+        "kill",
+        "--no-confirm",
+        "--patience",
+        "0",
+        "-q",
+        "--out",
+        str(tmp_path / "plan.json"),
+    ]
+    proc = subprocess.Popen(
+        [*BOUTE, "optimize", "--max-evals", "100000", *common],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 200
+        while _count(db) < 15:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no trials recorded in time"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-run, no chance to clean up
+    finally:
+        proc.wait(timeout=30)
+    killed_at = _count(db)
+    target = killed_at + 25
+    res = _run(["optimize", "--max-evals", str(target), *common], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert f"from {killed_at} stored trials" in res.stderr
+    with sqlite3.connect(db) as c:
+        rows = c.execute('SELECT "index", params FROM trials ORDER BY "index"').fetchall()
+    assert [r[0] for r in rows] == list(range(target))  # none lost, none repeated
+    # every stored point is exactly the one the strategy owes that index: nothing skipped or re-asked
+    for idx, params in rows:
+        x = np.array(json.loads(params)["x"])
+        assert np.allclose(x, np.random.default_rng([3, idx]).random(len(x)))
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["predicted"]["evaluator"] == "fast" and plan["deployment"]
+
+
+def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path) -> None:
+    res = _run(
+        [
+            "optimize",
+            "--quality-floor",
+            "0.99",
+            "--db",
+            f"sqlite:///{tmp_path / 'a.db'}",
+            "-q",
+            "--out",
+            str(tmp_path / "p.json"),
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: targets.quality_floor: 0.99 is above the best tier's quality")
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_unreachable_latency_cap_reports_closest_and_exits_2(tmp_path: Path) -> None:
+    res = _run(
+        [
+            "optimize",
+            "--p95-cap",
+            "0.05",
+            "--strategy",
+            "random",
+            "--max-evals",
+            "15",
+            "--no-confirm",
+            "--db",
+            f"sqlite:///{tmp_path / 'b.db'}",
+            "-q",
+            "--out",
+            str(tmp_path / "p.json"),
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 2, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "no plan meets quality >=" in last and "P95 <= 0.05 s" in last and "closest:" in last
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_optimize_writes_plan_plot_and_experiments_commands_read_it(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    res = _run(
+        [
+            "optimize",
+            "--strategy",
+            "nsga2",
+            "--max-evals",
+            "36",
+            "--db",
+            db,
+            "--experiment",
+            "demo",
+            "-q",
+            "--out",
+            str(tmp_path / "plan.json"),
+            "--plot",
+            str(tmp_path / "front.png"),
+        ],
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    pred = plan["predicted"]
+    assert pred["evaluator"] == "sim"  # confirmed by the event simulator
+    assert pred["cost_per_hour"] <= 30 + 1e-6 and pred["quality"] >= 0.69
+    assert (tmp_path / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from boute.specs import load_plan
+
+    load_plan(tmp_path / "plan.json")
+    listed = _run(["experiments", "list", "--db", db, "--json"], tmp_path)
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["trials"] == 36
+    shown = json.loads(_run(["experiments", "show", "demo", "--db", db], tmp_path).stdout)
+    assert shown["status"] == "complete" and shown["front"]["points"] and shown["plan"]["predicted"]
+    csv = tmp_path / "t.csv"
+    assert _run(["experiments", "export", "demo", "--db", db, "--out", str(csv)], tmp_path).returncode == 0
+    assert len(csv.read_text().strip().splitlines()) == 37
+    missing = _run(["experiments", "show", "nope", "--db", db], tmp_path)
+    assert missing.returncode == 2 and "no experiment named" in missing.stderr
+
+
+@pytest.mark.parametrize("flag", [["--strategy", "bogus"], ["--evaluator", "bogus"], ["--quality-floor", "1.5"]])
+def test_bad_options_are_one_line_errors(tmp_path: Path, flag: list[str]) -> None:
+    res = _run(["optimize", *flag, "--out", str(tmp_path / "p.json")], tmp_path, timeout=60)
+    assert res.returncode == 2 and res.stderr.startswith("error: --")

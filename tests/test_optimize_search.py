@@ -1,0 +1,109 @@
+"""Strategies in the shared harness, on a synthetic evaluator (the real space, result and loop code)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from boute.optimize.baselines import NSGA2Strategy, RandomStrategy, equal_split, single_tier_single_gpu
+from boute.optimize.loop import run_search, targets_of
+from boute.optimize.result import choose, hypervolume, hypervolume_trace, pareto_mask
+from boute.optimize.space import Space, is_valid
+from boute.specs import load_scenario
+from tests.optimize_synthetic import SyntheticEvaluator
+
+
+@pytest.fixture(scope="module")
+def setup():
+    sc = load_scenario(None)
+    return Space.build(sc), SyntheticEvaluator(sc)
+
+
+def test_pareto_mask_matches_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    q, p = rng.random(60), rng.random(60)
+    q[5], p[5] = q[6], p[6]  # a duplicate
+    mask = pareto_mask(q, p)
+    for i in range(60):
+        dominated = any((q[j] >= q[i] and p[j] <= p[i]) and (q[j] > q[i] or p[j] < p[i]) for j in range(60))
+        assert mask[i] == (not dominated)
+
+
+def test_hypervolume_counts_only_points_meeting_targets() -> None:
+    from boute.optimize.result import Targets
+
+    tg = Targets(0.5, 10.0, 1.0)
+    assert hypervolume(np.array([0.4]), np.array([1.0]), tg) == 0.0
+    one = hypervolume(np.array([0.7]), np.array([1.0]), tg)
+    assert one == pytest.approx(0.2 * np.log(10.0))
+    # a dominated extra point adds nothing; a non-dominated one adds area
+    assert hypervolume(np.array([0.7, 0.6]), np.array([1.0, 2.0]), tg) == pytest.approx(one)
+    assert hypervolume(np.array([0.7, 0.6]), np.array([1.0, 0.5]), tg) > one
+
+
+def test_random_search_finds_a_feasible_plan_and_hv_is_monotone(setup) -> None:
+    sp, ev = setup
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=1), max_evals=120)
+    assert len(trials) == 120 and [t.index for t in trials] == list(range(120))
+    hv = hypervolume_trace(trials, targets_of(sp))
+    assert all(b >= a for a, b in zip(hv, hv[1:], strict=False))
+    chosen, closest = choose(trials, targets_of(sp))
+    assert chosen is not None and closest is None
+    r = chosen.result
+    tg = targets_of(sp)
+    assert r.quality >= tg.quality_floor and r.p95_latency_s <= tg.p95_cap_s
+    feas = [t for t in trials if t.result.feasible]
+    assert r.p95_latency_s == min(t.result.p95_latency_s for t in feas)
+
+
+def test_nsga2_resume_replays_to_the_same_proposals(setup) -> None:
+    sp, ev = setup
+    full = run_search(sp, ev, NSGA2Strategy(sp, seed=4), max_evals=40)
+    part = run_search(sp, ev, NSGA2Strategy(sp, seed=4), max_evals=17)
+    resumed = run_search(sp, ev, NSGA2Strategy(sp, seed=4), max_evals=40, trials=part)
+    assert [t.x for t in resumed] == [t.x for t in full]
+    assert all(is_valid(sp, t.candidate) is None for t in full)
+
+
+def test_convergence_stops_early(setup) -> None:
+    sp, ev = setup
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=2), max_evals=3000, patience=25)
+    assert len(trials) < 3000
+    chosen, _ = choose(trials, targets_of(sp))
+    assert chosen is not None and chosen.index <= len(trials) - 26
+
+
+def test_infeasible_targets_report_the_closest_plan(setup) -> None:
+    sp, ev = setup
+    from boute.optimize.result import Targets
+
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=0), max_evals=20)
+    chosen, closest = choose(trials, Targets(0.99, 0.001, sp.budget))
+    assert chosen is None and closest is not None
+
+
+def test_fixed_strategies_are_valid(setup) -> None:
+    sp, _ = setup
+    big = single_tier_single_gpu(sp, 1, (0.0, 1.0))
+    assert big and all(is_valid(sp, c) is None and {g.tier for g in c.deployment} == {"large"} for c in big)
+    eq = equal_split(sp, (0.5, 0.5))
+    assert eq
+    for c in eq:
+        assert is_valid(sp, c) is None
+        costs = {
+            t: sum(g.gpus_used * sp.scenario.price(g.gpu) for g in c.deployment if g.tier == t)
+            for t in ("small", "large")
+        }
+        assert max(costs.values()) <= sp.budget / 2 + 1e-9
+
+
+def test_mobo_small_run_proposes_valid_new_plans(setup) -> None:
+    from boute.optimize.mobo import MoboStrategy
+
+    sp, ev = setup
+    strat = MoboStrategy(sp, seed=0, n_init=8, num_restarts=1, raw_samples=32, mc_samples=16, acq_optimizer="relaxed")
+    trials = run_search(sp, ev, strat, max_evals=11)
+    assert len(trials) == 11
+    keys = [t.candidate.key() for t in trials]
+    assert len(set(keys[8:])) == 3  # BO steps propose plans not evaluated before
+    assert all(is_valid(sp, t.candidate) is None for t in trials)

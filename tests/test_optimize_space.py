@@ -1,0 +1,87 @@
+"""The search space: every point of the box decodes to a plan that meets every hard limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from boute.errors import InfeasibleError
+from boute.optimize.session import with_targets
+from boute.optimize.space import Space, is_valid
+from boute.specs import Plan, Routing, load_scenario
+
+
+def _three_tier():
+    sc = load_scenario(None)
+    data = sc.model_dump(mode="json")
+    data["tiers"] = [
+        {"name": "s", "model": "llama-3.2-3b"},
+        {"name": "m", "model": "llama-3.1-8b"},
+        {"name": "l", "model": "llama-3.1-70b"},
+    ]
+    data["cluster"] = {"gpus": {"h100-sxm": 4, "rtx-4090": 6, "rtx-5090": 3}, "budget_per_hour": 17.5}
+    from boute.specs import Scenario
+
+    return Scenario.model_validate(data)
+
+
+SPACES = {
+    "builtin": lambda: Space.build(load_scenario(None)),
+    "three-tier": lambda: Space.build(_three_tier()),
+    "tight-budget": lambda: Space.build(with_targets(load_scenario(None), 6.0, None, None)),
+    "one-gpu": lambda: Space.build(load_scenario(None), gpus=("rtx-pro-6000",)),
+}
+_built: dict[str, Space] = {}
+
+
+def space(name: str) -> Space:
+    if name not in _built:
+        _built[name] = SPACES[name]()
+    return _built[name]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(SPACES)), data=st.data())
+def test_every_decoded_candidate_is_feasible(name: str, data: st.DataObject) -> None:
+    sp = space(name)
+    x = np.array(data.draw(st.lists(st.floats(0, 1), min_size=sp.dim, max_size=sp.dim)))
+    cand = sp.decode(x)
+    assert is_valid(sp, cand) is None
+    # the plan file built from it passes the spec's own checks (routing only to deployed tiers)
+    Plan(
+        routing=Routing(tiers=[t.name for t in sp.scenario.tiers], fractions=list(cand.fractions)),
+        deployment=list(cand.deployment),
+    )
+    # the canonical point decodes to the same plan without any repair
+    z = sp.encode(cand)
+    assert sp.decode(z).key() == cand.key()
+    assert np.all((z >= 0) & (z <= 1))
+
+
+def test_corners_of_the_box_are_feasible() -> None:
+    for name in SPACES:
+        sp = space(name)
+        for x in (np.zeros(sp.dim), np.ones(sp.dim), np.full(sp.dim, 0.5)):
+            assert is_valid(sp, sp.decode(x)) is None
+
+
+def test_full_box_respects_budget_and_inventory() -> None:
+    sp = space("builtin")
+    cand = sp.decode(np.ones(sp.dim))  # asks for every GPU for every tier
+    assert cand.cost_per_hour <= sp.budget + 1e-9
+    assert cand.cost_per_hour > 0.8 * sp.budget  # repair trims, it does not throw the plan away
+
+
+def test_discrete_and_categorical_dims_cover_the_placement_part() -> None:
+    sp = space("builtin")
+    dims = set(sp.discrete_dims()) | set(sp.categorical_dims())
+    assert dims == set(sp.placement_dims())
+    assert sp.routing_dims() == [0]
+
+
+def test_budget_too_small_for_any_replica_is_a_clear_error() -> None:
+    sc = with_targets(load_scenario(None), 0.1, None, None)
+    with pytest.raises(InfeasibleError, match=r"\$0.1/h"):
+        Space.build(sc)
