@@ -20,11 +20,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-## Run the main job on the built-in example scenario.
+## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan, confirm it.
 demo: $(STAMP)
-	$(BIN)/python -m boute.cli.main validate
-	$(BIN)/boute perf --model llama-3.1-70b --gpu h100-sxm --tp 4 --batch 64 --input 128 --output 128 --json
-	$(BIN)/boute simulate --plan examples/plan-paper.json --json
+	@mkdir -p out
+	$(BIN)/boute optimize --out out/plan.json --plot out/pareto.png --db sqlite:///out/boute.db
+	$(BIN)/boute simulate --plan out/plan.json --json
+	@echo "plan: out/plan.json  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
 
 ## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379).
 test: $(STAMP)
@@ -37,8 +38,9 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+## Reproduce the paper's evaluation (results in experiments/results/); QUICK=1 for the minutes-long version.
 experiments: $(STAMP)
-	$(BIN)/python -m experiments
+	$(BIN)/python -m experiments $(if $(QUICK),--quick,)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -34,21 +34,24 @@ def _register() -> None:
         experiments_cmd,
         optimize_cmd,
         perf_cmd,
+        profile_cmd,
         router_cmd,
         serve_cmd,
         simulate_cmd,
         validate_cmd,
     )
 
+    # listed in the order a user meets them: specs -> models -> optimiser -> serving -> deployment
     for module in (
         validate_cmd,
         perf_cmd,
         simulate_cmd,
+        router_cmd,
         optimize_cmd,
         experiments_cmd,
         serve_cmd,
-        router_cmd,
         deploy_cmd,
+        profile_cmd,
     ):
         module.register(app)
 

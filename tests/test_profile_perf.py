@@ -1,0 +1,97 @@
+"""Performance profiling against a live endpoint: D's emulated SGLang stand-in, started by the supervisor.
+
+The emulated backend times requests with the performance model itself, so calibrating against it must
+recover factors whose predictions match what was measured: an end-to-end check of the sweep (streaming
+TTFT/TPOT), the point mapping, the fit and the calibration file round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backends.profile.calibrate import Replica, compare, fit_sweep, measured_points, write_calibration
+from backends.profile.loadgen import LoadPoint, run_sweep
+from backends.supervisor import ProcessSpec, Supervisor
+from boute.catalog import builtin_catalog
+from boute.cli.main import main as cli_main
+from boute.errors import BouteError
+from boute.perf.calibration import apply_calibration, load_calibration
+from tests.services import free_port
+
+pytest.importorskip("backends.emulated.server")
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One emulated llama-3.2-1b replica on an L4-class GPU, slowed down so times are well above noise."""
+    port = free_port()
+    argv = (sys.executable, "-m", "backends.emulated", "--model", "llama-3.2-1b", "--gpu", "rtx-4090")
+    argv += ("--port", str(port), "--served-model-name", "small", "--speedup", "0.25", "--profile", "builtin:gsm8k")
+    spec = ProcessSpec(name="emu", argv=argv, health_url=f"http://127.0.0.1:{port}/health")
+    with Supervisor(tmp_path_factory.mktemp("logs")) as sup:
+        sup.start(spec)
+        sup.wait_ready(timeout_s=60)
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_sweep_measures_streamed_ttft_and_tpot(emulated: str) -> None:
+    points = [LoadPoint(concurrency=c, input_len=256, output_len=24, requests=4) for c in (1, 4)]
+    res = run_sweep(emulated, "small", points, api="chat")
+    assert [r.completed for r in res] == [4, 4] and all(r.failed == 0 for r in res)
+    for r in res:
+        assert 200 <= r.mean_input_tokens <= 320  # prompts sized in the endpoint's own tokens
+        assert r.mean_output_tokens == pytest.approx(24, abs=1)
+        assert r.ttft_ms_mean > 0 and r.tpot_ms_mean > 0 and r.ttft_ms_p95 >= r.ttft_ms_p50
+    assert res[1].throughput_rps > res[0].throughput_rps  # batching engine: concurrency buys throughput
+
+
+def test_calibration_recovers_the_emulated_timing(emulated: str, tmp_path: Path) -> None:
+    cat = builtin_catalog()
+    points = [LoadPoint(1, i, 24, 3) for i in (64, 512, 1024)] + [LoadPoint(4, 256, 24, 4)]
+    res = run_sweep(emulated, "small", points)
+    mps = measured_points(res, Replica(model="llama-3.2-1b", gpu="rtx-4090"))
+    assert {p.metric for p in mps} == {"ttft_ms", "tpot_ms"} and len(mps) == 8
+    fit = fit_sweep(mps, cat, "rtx-4090")
+    out = write_calibration(tmp_path / "cal.yaml", fit)
+    cal = load_calibration(out)
+    after = compare(mps, apply_calibration(cat, cal))
+    errors = sorted(abs(r["error_pct"]) for r in after)
+    assert errors[len(errors) // 2] < 25.0, after
+    # the emulator runs 4x slower than the model at packaged factors: the fit must see that
+    before = compare(mps, cat)
+    assert sorted(abs(r["error_pct"]) for r in before)[len(before) // 2] > 40.0, before
+
+
+def test_cli_profile_perf_writes_calibration_and_results(emulated: str, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cal.yaml"
+    out.write_text(yaml.safe_dump({"gpus": {"h100-sxm": {"compute": 0.5}}}))  # other GPUs must survive
+    with pytest.raises(SystemExit) as ex:
+        cli_main(
+            [
+                "profile", "perf", "--endpoint", emulated + "/v1", "--model", "llama-3.2-1b", "--served-model", "small",
+            "--gpu", "rtx-4090", "--concurrency", "1,2", "--input", "128,512", "--output", "16",
+            "--requests", "2", "--out", str(out), "--json",
+            ]
+        )  # fmt: skip
+    assert ex.value.code == 0
+    summary = json.loads(capsys.readouterr().out)
+    data = yaml.safe_load(out.read_text())
+    assert data["gpus"]["h100-sxm"] == {"compute": 0.5} and "rtx-4090" in data["gpus"]
+    assert summary["median_abs_error_pct_after"] < summary["median_abs_error_pct_before"]
+    raw = json.loads(Path(summary["results"]).read_text())
+    assert len(raw["points"]) == 4 and raw["meta"]["gpu"] == "rtx-4090"
+
+
+def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as ex:
+        cli_main(["profile", "perf", "--endpoint", "http://x", "--model", "nope", "--gpu", "h100-sxm"])
+    assert ex.value.code == 2 and "unknown model 'nope'" in capsys.readouterr().err
+    with pytest.raises(BouteError, match="--concurrency"):
+        from boute.cli.profile_cmd import _ints
+
+        _ints("1,x", "concurrency")

@@ -1,0 +1,98 @@
+"""SGLang command builder: flags, GPU placement, and (where sglang imports) SGLang's own argument parser."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from backends.sglang import SGLangOptions, place_plan, replica_spec, sglang_argv
+from backends.sglang.flags import SGLANG_FLAGS
+from boute.errors import BouteError
+from boute.specs.plan import Plan, ReplicaGroup, Routing
+
+
+def _plan() -> Plan:
+    return Plan(
+        routing=Routing(tiers=["small", "large"], fractions=[0.6, 0.4]),
+        deployment=[
+            ReplicaGroup(tier="small", model="llama-3.1-8b", gpu="rtx-4090", count=2),
+            ReplicaGroup(tier="large", model="llama-3.1-70b", gpu="h100-sxm", count=1, tp=2, pp=2, dtype="fp8"),
+        ],
+    )
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    """argv after ``-m sglang.launch_server`` -> {flag: value}, checking every flag against the list."""
+    out: dict[str, str | None] = {}
+    rest = argv[3:]
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        assert flag in SGLANG_FLAGS, f"{flag} is not a documented SGLang flag"
+        if SGLANG_FLAGS[flag]:
+            out[flag] = rest[i + 1]
+            i += 2
+        else:
+            out[flag] = None
+            i += 1
+    return out
+
+
+def test_argv_carries_parallelism_memory_and_port() -> None:
+    argv = sglang_argv(
+        "/models/llama-70b",
+        port=31000,
+        tp=4,
+        pp=2,
+        dtype="fp8",
+        served_model_name="large",
+        options=SGLangOptions(mem_fraction_static=0.85, chunked_prefill_size=4096, host="0.0.0.0"),
+    )
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    f = _flags(argv)
+    assert f["--model-path"] == "/models/llama-70b" and f["--port"] == "31000" and f["--host"] == "0.0.0.0"
+    assert f["--tp-size"] == "4" and f["--pp-size"] == "2"
+    assert f["--mem-fraction-static"] == "0.85" and f["--chunked-prefill-size"] == "4096"
+    assert f["--quantization"] == "fp8" and f["--served-model-name"] == "large"
+
+
+def test_place_plan_assigns_disjoint_gpus_and_ports() -> None:
+    specs = place_plan(_plan(), {"rtx-4090": [0, 1, 2], "h100-sxm": [4, 5, 6, 7]}, model_paths={"small": "/m/8b"})
+    assert [s.name for s in specs] == ["small-rtx-4090-0", "small-rtx-4090-1", "large-h100-sxm-0"]
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in specs] == ["0", "1", "4,5,6,7"]
+    ports = [_flags(list(s.argv))["--port"] for s in specs]
+    assert ports == ["30000", "30001", "30002"]
+    assert specs[0].health_url == "http://127.0.0.1:30000/health"
+    assert _flags(list(specs[0].argv))["--model-path"] == "/m/8b"
+    assert _flags(list(specs[2].argv))["--model-path"] == "meta-llama/Llama-3.1-70B-Instruct"  # catalog hf_id
+    assert "--quantization" not in specs[0].argv
+
+
+def test_place_plan_names_group_without_enough_gpus() -> None:
+    with pytest.raises(BouteError, match=r"deployment\[1\] \(large on h100-sxm\): needs 4 GPUs, 3 of that type"):
+        place_plan(_plan(), {"rtx-4090": [0, 1], "h100-sxm": [0, 1, 2]})
+
+
+def test_bad_inputs_are_user_errors() -> None:
+    g = ReplicaGroup(tier="t", model="llama-3.1-8b", gpu="h100-sxm", tp=2)
+    with pytest.raises(BouteError, match="needs 2 GPU ids"):
+        replica_spec(g, 0, model_path="m", port=30000, gpu_ids=[0])
+    with pytest.raises(BouteError, match="mem_fraction_static"):
+        SGLangOptions(mem_fraction_static=1.5)
+    with pytest.raises(BouteError, match="port"):
+        sglang_argv("m", port=70000)
+
+
+def test_real_sglang_parser_accepts_the_command() -> None:
+    """On a GPU host with SGLang installed: its own parser reads our command back to the same values."""
+    pytest.importorskip("sglang.srt.server_args", reason="sglang is not installed (GPU hosts only)")
+    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+
+    spec = place_plan(_plan(), {"rtx-4090": [0, 1], "h100-sxm": [0, 1, 2, 3]})[2]
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    ns = parser.parse_args(list(spec.argv[3:]))
+    assert (ns.tp_size, ns.pp_size, ns.port) == (2, 2, 30002)
+    assert ns.model_path == "meta-llama/Llama-3.1-70B-Instruct" and ns.quantization == "fp8"
+    assert ns.mem_fraction_static == pytest.approx(0.88) and ns.chunked_prefill_size == 8192
