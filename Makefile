@@ -9,7 +9,13 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-fast bench lint format experiments clean
+# llama.cpp (the real CPU engine of backends/llamacpp) compiles for 15-40 min on 2 cores: `make engines`
+# builds its wheel once into WHEELHOUSE; every later install takes it from there, and without it the
+# llama.cpp tests skip (saying so) instead of rebuilding it inside `make test`.
+WHEELHOUSE ?= $(HOME)/.cache/boute/wheels
+LLAMA_CPP  := llama-cpp-python==0.3.36
+
+.PHONY: install engines demo test test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
@@ -18,7 +24,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch==2.13.0
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	@if ls $(WHEELHOUSE)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+	  $(PIP) install -q -c constraints.txt --find-links $(WHEELHOUSE) --only-binary llama-cpp-python -e '.[dev,engines]'; \
+	else echo "note: no llama-cpp-python wheel in $(WHEELHOUSE); llama.cpp tests will skip (run 'make engines')"; fi
 	touch $(STAMP)
+
+## Build the llama.cpp engine once (cached in WHEELHOUSE) and install it.
+engines: $(STAMP)
+	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" nice $(PIP) wheel --no-deps -w $(WHEELHOUSE) '$(LLAMA_CPP)'
+	$(PIP) install -q -c constraints.txt --find-links $(WHEELHOUSE) --only-binary llama-cpp-python -e '.[dev,engines]'
 
 ## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan, confirm it.
 demo: $(STAMP)
