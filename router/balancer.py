@@ -117,7 +117,7 @@ class Balancer:
                 rep = Replica(spec)
                 if old is not None:
                     rep.outstanding, rep.healthy, rep.open_until = old.outstanding, old.healthy, old.open_until
-            rep.weight, rep.inv_weight = weight, 1.0 / weight
+            rep.weight = weight  # normalised below; 0 = unknown hardware
             pools.setdefault(spec.tier, []).append(rep)
             by_id[spec.id] = rep
         for reps in pools.values():  # normalise: unknown hardware gets the tier's mean weight

@@ -57,11 +57,6 @@ def test_openai_client_streams_from_the_engine(engine: str) -> None:
     assert sum(1 for p in pieces if p) >= 2
 
 
-@pytest.mark.xfail(
-    reason="router/balancer.py: 1/weight with weight 0 for a model outside the packaged catalog (reported to D)",
-    raises=Exception,
-    strict=True,
-)
 def test_gateway_to_real_engine(engine: str, tmp_path: Path) -> None:
     """The BOute gateway routes an OpenAI request for tier 'tiny' to the llama.cpp replica."""
     pytest.importorskip("router.server")
