@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from boute.errors import BouteError, SpecError
+from boute.quality.profiles import jsonl_records
 from boute.specs.io import write_atomic
 
 __all__ = ["Example", "Tier", "gsm8k_correct", "gsm8k_final_number", "load_dataset", "profile_quality"]
@@ -85,21 +86,14 @@ def load_dataset(ref: str, limit: int | None = None) -> list[Example]:
     if not path.is_file():
         raise SpecError(ref, None, "dataset file not found")
     out: list[Example] = []
-    with path.open(encoding="utf-8") as fh:
-        for no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecError(ref, f"line {no}", f"malformed JSON: {exc.msg}") from None
-            prompt = obj.get("question", obj.get("prompt")) if isinstance(obj, dict) else None
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise SpecError(ref, f"line {no}, field 'question'", "missing or empty (or give 'prompt')")
-            reference = obj.get("answer", obj.get("reference"))
-            out.append(Example(prompt, str(reference) if reference is not None else None))
-            if limit is not None and len(out) >= limit:
-                break
+    for no, obj in jsonl_records(path):
+        prompt = obj.get("question", obj.get("prompt"))
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise SpecError(ref, f"line {no}, field 'question'", "missing or empty (or give 'prompt')")
+        reference = obj.get("answer", obj.get("reference"))
+        out.append(Example(prompt, str(reference) if reference is not None else None))
+        if limit is not None and len(out) >= limit:
+            break
     if not out:
         raise SpecError(ref, None, "no examples")
     return out

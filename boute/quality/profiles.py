@@ -85,7 +85,7 @@ def detect_format(path: Path) -> str:
     if path.suffix.lower() == ".csv":
         return "routellm-csv"
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        for line in _lines(path):
+        for line in jsonl_records(path):
             obj = line[1]
             return "mtbench-jsonl" if "question_id" in obj else "jsonl"
         raise SpecError(path, None, "file is empty")
@@ -108,7 +108,7 @@ def load_profile(path: str | Path, format: str = "auto", scale: tuple[float, flo
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def _lines(path: Path) -> Iterator[tuple[int, dict]]:
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, parsed object) for each non-blank line; malformed JSON names the line."""
     with path.open(encoding="utf-8") as fh:
         for no, line in enumerate(fh, start=1):
@@ -213,7 +213,7 @@ def _load_jsonl(path: Path, shown: str, scale: tuple[float, float] | None) -> Qu
     resp: list[dict[str, str]] = []
     models: list[str] = []
     first_line = 0
-    for no, obj in _lines(path):
+    for no, obj in jsonl_records(path):
         first_line = first_line or no
         prompt = obj.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
@@ -266,7 +266,7 @@ def _load_mtbench(path: Path, shown: str, scale: tuple[float, float] | None) -> 
     answers: dict[tuple[str, int], dict[str, str]] = {}
     first_line: dict[tuple[str, int], int] = {}
     models: list[str] = []
-    for no, obj in _lines(path):
+    for no, obj in jsonl_records(path):
         for fld in ("question_id", "model", "turn", "score"):
             if fld not in obj:
                 raise SpecError(shown, f"line {no}, field '{fld}'", "missing")
