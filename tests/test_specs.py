@@ -67,7 +67,9 @@ gpus:
 models:
   - {name: my-model, params_b: 3, layers: 24, hidden: 3072, heads: 24, kv_heads: 8, head_dim: 128, ffn: 8192, vocab: 32000}
 """
-    text = BUILTIN.replace("rtx-4090: 8}", "rtx-4090: 8, my-gpu: 4}").replace("model: llama-3.1-8b,", "model: my-model,")
+    text = BUILTIN.replace("rtx-4090: 8}", "rtx-4090: 8, my-gpu: 4}").replace(
+        "model: llama-3.1-8b,", "model: my-model,"
+    )
     sc = load_scenario(_write(tmp_path, text + extra))
     assert sc.catalog.gpu("my-gpu").memory_gb == 48
     assert sc.price("my-gpu") == 0.5
