@@ -1,8 +1,9 @@
 """Optimiser benchmark: sample efficiency (hypervolume vs evaluations), gap to a 2,000-eval random-search
 stand-in optimum, fixed-strategy comparison, and wall time of ``boute optimize`` (all measured here).
 
-Quick mode: built-in scenario, fewer seeds/evaluations for MOBO (BoTorch steps dominate the time on a
-shared 2-core machine). Full mode: 3 scenarios, 5 seeds, 60 evaluations, plus the ``sim`` evaluator.
+Quick mode: the built-in scenario, 3 seeds x 60 evaluations for mobo, random and nsga2 against a
+2,000-evaluation random search. Full mode: 3 scenarios, 5 seeds, plus the first MOBO design
+(``mobo_legacy``: GP for quality too, gradient acquisition) on one seed for the before/after figure.
 """
 
 from __future__ import annotations
@@ -68,13 +69,17 @@ def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, re
     }
     traces: dict[str, list[list[float]]] = {}
     for name, opts in strategies.items():
+        opts = dict(opts)
         n_seeds = opts.pop("seeds", seeds)
         n_evals = opts.pop("evals", evals)
-        hv, walls = [], []
+        kind = opts.pop("strategy", name)
+        hv, walls, steps = [], [], []
         for seed in range(n_seeds):
             t1 = time.perf_counter()
-            trials = run_search(sp, ev, make_strategy(name, sp, seed, **opts), max_evals=n_evals)
+            strat = make_strategy(kind, sp, seed, **opts)
+            trials = run_search(sp, ev, strat, max_evals=n_evals)
             walls.append(time.perf_counter() - t1)
+            steps += getattr(strat, "timings", [])
             hv.append(hypervolume_trace(trials, tg))
             traces.setdefault(name, []).append(_best_trace(trials, tg))
         H = np.array(hv)
@@ -87,6 +92,12 @@ def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, re
             "wall_s_per_run": [round(w, 2) for w in walls],
             "goal": "mobo within 2% of the reference P95 after 60 evaluations",
         }
+        if steps:  # BO step cost: GP fit and acquisition (pool building included), seconds per step
+            out["strategies"][name]["step_s"] = {
+                k: {"median": round(float(np.median(v)), 3), "max": round(float(np.max(v)), 3)}
+                for k in ("fit_s", "acq_s")
+                if (v := [d[k] + (d.get("pool_s", 0.0) if k == "acq_s" else 0.0) for d in steps])
+            }
     # the stand-in optimum: the best of the random reference and of every run (random x2000 alone is beaten)
     best_known = min([ref_best, *[tr[-1] for trs in traces.values() for tr in trs]])
     out["best_known_p95_s"] = best_known
@@ -274,14 +285,14 @@ def run(quick: bool) -> dict[str, Any]:
         else ["builtin:paper-gsm8k", "builtin:gsm8k-high-floor", "builtin:three-tier-mix"]
     )
     seeds, evals = (3, 60) if quick else (5, 60)
-    mobo_opts: dict[str, Any] = {"seeds": 1, "evals": 40} if quick else {}
+    strategies: dict[str, dict[str, Any]] = {"random": {}, "nsga2": {}, "mobo": {}}
+    if not quick:
+        strategies["mobo_legacy"] = {"strategy": "mobo", "acq": "legacy", "seeds": 1}
     out: dict[str, Any] = {"quick": quick, "studies": [], "note": "perf model is an approximate calibrated roofline"}
     for name in names:
         sc = load_scenario(name)
         ev = FastEvaluator(sc)
-        study = _study(
-            sc, ev, {"random": {}, "nsga2": {}, "mobo": dict(mobo_opts)}, seeds, evals, 1000 if quick else 2000
-        )
+        study = _study(sc, ev, strategies, seeds, evals, 2000)
         png = RESULTS / f"optimize_hv_{sc.name}.png"
         _plot(study, png)
         study["plot"] = str(png)

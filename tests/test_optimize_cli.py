@@ -1,4 +1,9 @@
-"""``boute optimize`` / ``boute experiments`` end to end, in subprocesses (real evaluators, real DB)."""
+"""``boute optimize`` / ``boute experiments`` end to end (real evaluators, real DB).
+
+Cost: the quality model takes ~15 s to load per process, so only the kill test runs ``boute`` in a real
+subprocess (it has to: it is SIGKILLed mid-run); every other case calls the real entry point
+``boute.cli.main.main`` in-process, sharing one quality-model load, and checks its exit code and output.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +26,23 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def _run(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*BOUTE, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+class Res:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.returncode, self.stdout, self.stderr = code, out, err
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> Res:
+    """``boute ARGS`` in-process through the real entry point (exit code, stdout, stderr)."""
+    from boute.cli.main import main
+
+    capsys.readouterr()
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out = capsys.readouterr()
+    return Res(code, out.out, out.err)
 
 
 def _count(db: Path) -> int:
@@ -33,7 +53,7 @@ def _count(db: Path) -> int:
         return 0
 
 
-def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path) -> None:
+def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "t.db"
     common = [
         "--strategy",
@@ -70,7 +90,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path) -> None
         proc.wait(timeout=30)
     killed_at = _count(db)
     target = killed_at + 25
-    res = _run(["optimize", "--max-evals", str(target), *common], tmp_path)
+    res = _run(["optimize", "--max-evals", str(target), *common], capsys)  # resumed in-process
     assert res.returncode == 0, res.stderr
     assert f"from {killed_at} stored trials" in res.stderr
     with sqlite3.connect(db) as c:
@@ -84,7 +104,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path) -> None
     assert plan["predicted"]["evaluator"] == "fast" and plan["deployment"]
 
 
-def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path) -> None:
+def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = _run(
         [
             "optimize",
@@ -96,7 +116,7 @@ def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path) -> None:
             "--out",
             str(tmp_path / "p.json"),
         ],
-        tmp_path,
+        capsys,
     )
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
@@ -105,7 +125,9 @@ def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "p.json").exists()
 
 
-def test_unreachable_latency_cap_reports_closest_and_exits_2(tmp_path: Path) -> None:
+def test_unreachable_latency_cap_reports_closest_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     res = _run(
         [
             "optimize",
@@ -122,7 +144,7 @@ def test_unreachable_latency_cap_reports_closest_and_exits_2(tmp_path: Path) -> 
             "--out",
             str(tmp_path / "p.json"),
         ],
-        tmp_path,
+        capsys,
     )
     assert res.returncode == 2, res.stderr
     last = res.stderr.strip().splitlines()[-1]
@@ -130,7 +152,9 @@ def test_unreachable_latency_cap_reports_closest_and_exits_2(tmp_path: Path) -> 
     assert not (tmp_path / "p.json").exists()
 
 
-def test_optimize_writes_plan_plot_and_experiments_commands_read_it(tmp_path: Path) -> None:
+def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = f"sqlite:///{tmp_path / 'c.db'}"
     res = _run(
         [
@@ -149,7 +173,7 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(tmp_path: Pa
             "--plot",
             str(tmp_path / "front.png"),
         ],
-        tmp_path,
+        capsys,
     )
     assert res.returncode == 0, res.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
@@ -160,18 +184,18 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(tmp_path: Pa
     from boute.specs import load_plan
 
     load_plan(tmp_path / "plan.json")
-    listed = _run(["experiments", "list", "--db", db, "--json"], tmp_path)
+    listed = _run(["experiments", "list", "--db", db, "--json"], capsys)
     assert listed.returncode == 0 and json.loads(listed.stdout)[0]["trials"] == 36
-    shown = json.loads(_run(["experiments", "show", "demo", "--db", db], tmp_path).stdout)
+    shown = json.loads(_run(["experiments", "show", "demo", "--db", db], capsys).stdout)
     assert shown["status"] == "complete" and shown["front"]["points"] and shown["plan"]["predicted"]
     csv = tmp_path / "t.csv"
-    assert _run(["experiments", "export", "demo", "--db", db, "--out", str(csv)], tmp_path).returncode == 0
+    assert _run(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
     assert len(csv.read_text().strip().splitlines()) == 37
-    missing = _run(["experiments", "show", "nope", "--db", db], tmp_path)
+    missing = _run(["experiments", "show", "nope", "--db", db], capsys)
     assert missing.returncode == 2 and "no experiment named" in missing.stderr
 
 
 @pytest.mark.parametrize("flag", [["--strategy", "bogus"], ["--evaluator", "bogus"], ["--quality-floor", "1.5"]])
-def test_bad_options_are_one_line_errors(tmp_path: Path, flag: list[str]) -> None:
-    res = _run(["optimize", *flag, "--out", str(tmp_path / "p.json")], tmp_path, timeout=60)
+def test_bad_options_are_one_line_errors(tmp_path: Path, flag: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    res = _run(["optimize", *flag, "--out", str(tmp_path / "p.json")], capsys)
     assert res.returncode == 2 and res.stderr.startswith("error: --")

@@ -97,13 +97,37 @@ def test_fixed_strategies_are_valid(setup) -> None:
         assert max(costs.values()) <= sp.budget / 2 + 1e-9
 
 
-def test_mobo_small_run_proposes_valid_new_plans(setup) -> None:
+def test_mobo_models_quality_exactly_and_proposes_canonical_new_plans(setup) -> None:
     from boute.optimize.mobo import MoboStrategy
 
     sp, ev = setup
-    strat = MoboStrategy(sp, seed=0, n_init=8, num_restarts=1, raw_samples=32, mc_samples=16, acq_optimizer="relaxed")
-    trials = run_search(sp, ev, strat, max_evals=11)
-    assert len(trials) == 11
+    strat = MoboStrategy(sp, seed=0, n_init=8, pool_global=64, pool_local=64, acq="hybrid")
+    trials = run_search(sp, ev, strat, max_evals=12)
+    assert strat.quality_fn is not None  # bound from the evaluator by run_search
+    fr = (0.3, 0.7)
+    assert strat.quality_fn(fr) == ev.quality(fr)
     keys = [t.candidate.key() for t in trials]
-    assert len(set(keys[8:])) == 3  # BO steps propose plans not evaluated before
-    assert all(is_valid(sp, t.candidate) is None for t in trials)
+    assert len(set(keys)) == 12  # BO steps propose plans not evaluated before
+    floor = sp.scenario.targets.quality_floor
+    for t, step in zip(trials[8:], strat.timings, strict=True):
+        assert np.allclose(t.x, t.z)  # the point asked for is the canonical point the GP trains on
+        assert is_valid(sp, t.candidate) is None
+        if step["kind"] == 1.0:  # EI steps only consider plans whose exact quality meets the floor
+            assert t.result.quality >= floor - 1e-12
+        assert step["fit_s"] >= 0 and step["acq_s"] >= 0
+    assert any(s["kind"] == 1.0 for s in strat.timings)
+
+
+def test_mobo_without_exact_quality_falls_back_to_the_gp_design(setup) -> None:
+    from boute.optimize.baselines import make_strategy
+    from boute.optimize.mobo import MoboStrategy
+
+    sp, ev = setup
+    opts = {"n_init": 8, "num_restarts": 1, "raw_samples": 32, "mc_samples": 16}
+    strat = MoboStrategy(sp, seed=0, **opts)
+    start = run_search(sp, ev, RandomStrategy(sp, seed=5), max_evals=8)
+    x = strat.ask(start)  # no bind: no exact quality, so the first design (GP for quality too) answers
+    assert strat.quality_fn is None and strat._legacy is not None and len(strat.timings) == 1
+    assert x.shape == (sp.dim,) and is_valid(sp, sp.decode(x)) is None
+    legacy = make_strategy("mobo", sp, 0, acq="legacy", **opts)
+    assert type(legacy).__name__ == "LegacyMoboStrategy"

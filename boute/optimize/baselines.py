@@ -82,6 +82,10 @@ class NSGA2Strategy:
 def make_strategy(name: str, space: Space, seed: int = 0, **kw: object):  # noqa: ANN201 - Strategy
     from boute.errors import BouteError
 
+    if name == "mobo" and kw.get("acq") == "legacy":  # the first design, kept for comparison
+        from boute.optimize.mobo_legacy import LegacyMoboStrategy
+
+        return LegacyMoboStrategy(space, seed=seed, **{k: v for k, v in kw.items() if k != "acq"})  # type: ignore[arg-type]
     if name == "mobo":
         from boute.optimize.mobo import MoboStrategy
 

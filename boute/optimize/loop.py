@@ -75,6 +75,9 @@ def run_search(
 ) -> list[Trial]:
     """Run until ``max_evals`` trials exist or the chosen plan converged; ``trials`` resumes a run."""
     done = list(trials)
+    bind = getattr(strategy, "bind", None)
+    if callable(bind):  # e.g. MOBO takes the evaluator's exact quality function
+        bind(evaluator)
     cache = {t.candidate.key(): t.result for t in done if t.ok and t.result is not None}
     targets = targets_of(space)
     while len(done) < max_evals and not converged(done, targets, patience, min_trials):

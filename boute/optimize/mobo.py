@@ -1,38 +1,57 @@
-"""Constrained multi-objective BO (BoTorch): qLogNEHVI over quality (max) and P95 latency (min).
+"""Constrained multi-objective BO (BoTorch) that models only what is unknown: P95 latency.
 
-* Outcomes modelled: ``logit(quality)`` and ``-log(P95)`` (logit/log transforms as in the paper: both are
-  bounded/skewed, and the constraints are monotone in them), one GP each.
-* Surrogate: an additive kernel that mirrors the decision structure, ``k_route + k_place + k_route*k_place``
-  (Matern-5/2, ARD, dimension-scaled lengthscale priors): routing and placement each explain a part of the
-  outcome and their interaction the rest, which needs fewer points than one kernel over all dims.
-* Outcome constraints ``quality >= floor`` and ``P95 <= cap`` enter qLogNEHVI as constraint callables; the
-  budget, inventory and fit are hard and built into the space (no infeasible candidate is ever proposed).
-* Mixed variables: GPU shares are ordinal and (TP, PP) is categorical; ``optimize_acqf_mixed_alternating``
-  optimises over them directly (``acq_optimizer="relaxed"`` falls back to a continuous relaxation).
-* Initial design: scrambled Sobol points (``n_init``), deterministic in the seed.
+Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
+
+* **Quality is exact.** It depends only on the routing part and is a cheap, known function of it (the
+  quality model's policy quality, ~10 us a call). It enters BoTorch as a ``GenericDeterministicModel`` in a
+  ``ModelList`` beside the latency GP, so the quality objective and the ``quality >= floor`` constraint are
+  exact inside the acquisition. The strategy gets that function from the evaluator (``bind``, called by
+  ``run_search``) or from ``quality_fn``; without one it falls back to the first design (a GP for quality
+  too, :mod:`boute.optimize.mobo_legacy`).
+* **One GP, on ``-log P95``** (P95 clipped at ``clip_factor`` x the cap: how badly an overloaded plan
+  fails carries nothing the search can use, and the cliff would otherwise set the lengthscales).
+* **Budget, inventory, fit** are hard limits built into the space (construction + repair).
+* **Acquisition over a pool of canonical plans** (:mod:`boute.optimize.acq_pool`): local moves around
+  the incumbents plus a global sample, each decoded and re-encoded, deduplicated and new. The GP is
+  trained on canonical points and scores canonical points; no gradient steps in flat, rounded regions.
+* **Two acquisitions, interleaved** (``acq="hybrid"``): qLogNEHVI on (exact quality, GP latency) with the
+  reference point at the targets (floor, cap) so only the feasible region counts, and constrained
+  LogEI on latency over plans whose exact quality meets the floor: the chosen plan is what users get, so
+  two of every three steps improve it directly. ``acq="ehvi"`` / ``"ei"`` run one of them alone.
+* Initial design: scrambled Sobol points (``n_init``), deterministic in the seed; every ask is a pure
+  function of the trials so far (resuming is exact).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from boute.optimize.acq_pool import Pool, build_pool
 from boute.optimize.result import Trial
 from boute.optimize.space import Space
 
-_EPS = 1e-4
+QualityFn = Callable[[tuple[float, ...]], float]
+ACQS = ("hybrid", "ehvi", "ei")
 
 
-def _logit(q: np.ndarray) -> np.ndarray:
-    q = np.clip(q, _EPS, 1 - _EPS)
-    return np.log(q / (1 - q))
+def exact_quality_fn(evaluator: Any) -> QualityFn | None:  # noqa: ANN401 - any Evaluator
+    """The evaluator's quality as a function of routing fractions, when it exposes one (else None)."""
+    side = getattr(evaluator, "quality", None)
+    if side is not None and hasattr(side, "policy"):
+        return lambda fr: float(side.policy(tuple(fr)).quality)
+    if callable(side):  # a test double's ``quality(fractions)``
+        return lambda fr: float(side(tuple(fr)))
+    return None
 
 
 class MoboStrategy:
-    """``ask(trials)``: Sobol for the first ``n_init`` trials, then the qLogNEHVI maximiser."""
+    """``ask(trials)``: Sobol for the first ``n_init`` trials, then the best pool plan by the acquisition."""
 
     name = "mobo"
 
@@ -45,22 +64,58 @@ class MoboStrategy:
         num_restarts: int = 2,
         raw_samples: int = 64,
         mc_samples: int = 32,
-        acq_optimizer: str = "relaxed",
+        acq_optimizer: str = "pool",
         threads: int = 1,
-        refit_every: int = 6,
+        refit_every: int = 1,
+        acq: str = "hybrid",
+        kernel: str = "matern",
+        pool_global: int = 256,
+        pool_local: int = 384,
+        clip_factor: float = 3.0,
+        fit_maxiter: int = 60,
+        quality_fn: QualityFn | None = None,
     ) -> None:
+        """``num_restarts``/``raw_samples``/``acq_optimizer`` only apply to the GP-quality fallback."""
+        if acq not in ACQS:
+            raise ValueError(f"acq must be one of {ACQS}, got {acq!r}")
         self.space = space
         self.seed = seed
         self.n_init = n_init if n_init is not None else max(8, min(space.dim, 12))
-        self.num_restarts = num_restarts
-        self.raw_samples = raw_samples
         self.mc_samples = mc_samples
-        self.acq_optimizer = acq_optimizer
         self.threads = threads
-        self.refit_every = refit_every
-        self._steps = 0
+        self.refit_every = max(1, refit_every)
+        self.acq = acq
+        self.kernel = kernel
+        self.pool_global = pool_global
+        self.pool_local = pool_local
+        self.clip_factor = clip_factor
+        self.fit_maxiter = fit_maxiter
+        self.quality_fn = quality_fn
+        self._fallback_opts = {
+            "num_restarts": num_restarts,
+            "raw_samples": raw_samples,
+            "mc_samples": mc_samples,
+            "acq_optimizer": "relaxed" if acq_optimizer == "pool" else acq_optimizer,
+            "threads": threads,
+        }
+        self._legacy: Any = None
         self._sobol: np.ndarray | None = None
-        self._state: list[dict[str, object]] | None = None  # last fitted hyperparameters: warm start
+        self._state: dict[str, Any] | None = None  # last fitted hyperparameters: warm start
+        self._qcache: dict[tuple[float, ...], float] = {}
+        self.timings: list[dict[str, float]] = []  # per BO step: fit_s, pool_s, acq_s, kind
+
+    # ---- wiring ---------------------------------------------------------------------------------
+    def bind(self, evaluator: Any) -> None:  # noqa: ANN401 - any Evaluator
+        """Take the exact quality function from the evaluator (``run_search`` calls this)."""
+        if self.quality_fn is None:
+            self.quality_fn = exact_quality_fn(evaluator)
+
+    def _quality(self, fractions: tuple[float, ...]) -> float:
+        key = tuple(round(f, 9) for f in fractions)
+        if key not in self._qcache:
+            assert self.quality_fn is not None
+            self._qcache[key] = self.quality_fn(fractions)
+        return self._qcache[key]
 
     # ---- initial design -------------------------------------------------------------------------
     def _sobol_point(self, i: int) -> np.ndarray:
@@ -71,118 +126,159 @@ class MoboStrategy:
             self._sobol = qmc.Sobol(self.space.dim, scramble=True, seed=self.seed).random_base2(m)
         return self._sobol[i]
 
-    def _fallback(self, i: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, i, 7]).random(self.space.dim)
-
-    # ---- BO step --------------------------------------------------------------------------------
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
         n = len(trials)
         ok = [t for t in trials if t.ok]
         if n < self.n_init or len(ok) < 3:
             return self._sobol_point(n)
-        x = self._bo_step(ok)
-        seen = {t.candidate.key() for t in trials}
-        if self.space.decode(x).key() in seen:
-            return self._fallback(n)  # the acquisition maximiser is a plan already evaluated: explore instead
-        return x
+        if self.quality_fn is None:
+            if self._legacy is None:
+                from boute.optimize.mobo_legacy import LegacyMoboStrategy
 
-    def _covar(self, d: int):  # noqa: ANN202 - gpytorch kernel
-        from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as matern
-        from gpytorch.kernels import ProductKernel, ScaleKernel
+                self._legacy = LegacyMoboStrategy(self.space, seed=self.seed, n_init=self.n_init, **self._fallback_opts)
+            x = self._legacy.ask(trials)
+            self.timings = self._legacy.timings
+            return x
+        return self._bo_step(trials, ok)
 
-        route = self.space.routing_dims()
-        place = self.space.placement_dims()
-        if not route:
-            return matern(ard_num_dims=len(place), active_dims=place)
-        k_r = matern(ard_num_dims=len(route), active_dims=route)
-        k_p = matern(ard_num_dims=len(place), active_dims=place)
-        k_rp = ProductKernel(
-            matern(ard_num_dims=len(route), active_dims=route), matern(ard_num_dims=len(place), active_dims=place)
-        )
-        return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
+    # ---- surrogate ------------------------------------------------------------------------------
+    def _covar(self):  # noqa: ANN202 - gpytorch kernel
+        from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as dim_scaled
+        from gpytorch.kernels import ScaleKernel
 
-    def _fit(self, X, Y):  # noqa: ANN001, ANN202
+        route, place = self.space.routing_dims(), self.space.placement_dims()
+        if self.kernel == "additive" and route:
+            # routing and placement each explain part of the latency; their product the interaction
+            k_r = dim_scaled(ard_num_dims=len(route), active_dims=route)
+            k_p = dim_scaled(ard_num_dims=len(place), active_dims=place)
+            k_rp = dim_scaled(ard_num_dims=self.space.dim)
+            return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
+        return ScaleKernel(dim_scaled(ard_num_dims=self.space.dim))
+
+    def _fit(self, X, y, step: int):  # noqa: ANN001, ANN202
         from botorch.fit import fit_gpytorch_mll
-        from botorch.models import ModelListGP, SingleTaskGP
+        from botorch.models import SingleTaskGP
         from botorch.models.transforms.outcome import Standardize
-        from gpytorch.mlls import SumMarginalLogLikelihood
+        from gpytorch.mlls import ExactMarginalLogLikelihood
 
-        models = [
-            SingleTaskGP(X, Y[:, i : i + 1], covar_module=self._covar(X.shape[-1]), outcome_transform=Standardize(m=1))
-            for i in range(Y.shape[-1])
-        ]
-        model = ModelListGP(*models)
-        # Hyperparameters are refitted every ``refit_every`` steps, warm-started from the last fit; in
-        # between the GP is only conditioned on the new data (the fit dominates the cost of a step).
-        if self._state is not None:
-            for m, st in zip(models, self._state, strict=True):
-                m.load_state_dict(st, strict=False)
-        if self._state is None or self._steps % self.refit_every == 0:
-            mll = SumMarginalLogLikelihood(model.likelihood, model)
-            # a failed hyperparameter fit still leaves a usable (prior / warm-started) model
+        gp = SingleTaskGP(X, y, covar_module=self._covar(), outcome_transform=Standardize(m=1))
+        if self._state is not None:  # warm start: the hyperparameters move little between steps
+            gp.load_state_dict(self._state, strict=False)
+        if self._state is None or step % self.refit_every == 0:
+            mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
+            # a failed fit still leaves a usable (warm-started or prior) model
             with contextlib.suppress(Exception):
-                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": 75}})
-            self._state = [
-                {k: v.detach().clone() for k, v in m.state_dict().items() if not k.startswith("outcome_transform")}
-                for m in models
-            ]
-        self._steps += 1
-        model.eval()
-        return model
+                fit_gpytorch_mll(
+                    mll,
+                    optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}},
+                    max_attempts=1 if self._state is not None else 3,
+                )
+            self._state = {
+                k: v.detach().clone() for k, v in gp.state_dict().items() if not k.startswith("outcome_transform")
+            }
+        gp.eval()
+        return gp
 
-    def _bo_step(self, ok: Sequence[Trial]) -> np.ndarray:
+    # ---- one BO step ----------------------------------------------------------------------------
+    def _kind(self, step: int, any_feasible: bool) -> str:
+        if self.acq != "hybrid":
+            return self.acq
+        if not any_feasible:
+            return "ei"  # first find a plan meeting both targets
+        return "ehvi" if step % 3 == 2 else "ei"
+
+    def _bo_step(self, trials: Sequence[Trial], ok: Sequence[Trial]) -> np.ndarray:
         import torch
-        from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
-        from botorch.sampling import SobolQMCNormalSampler
 
         torch.set_num_threads(self.threads)
-        torch.manual_seed(self.seed * 100003 + len(ok))
-        sc = self.space.scenario
+        tg = self.space.scenario.targets
+        floor, cap = tg.quality_floor, tg.p95_latency_s
+        step = len(trials) - self.n_init
+        rng = np.random.default_rng([self.seed, len(trials), 11])
+        torch.manual_seed(self.seed * 100003 + len(trials))
+
+        t0 = time.perf_counter()
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
         q = np.array([t.result.quality for t in ok])  # type: ignore[union-attr]
         p = np.array([t.result.p95_latency_s for t in ok])  # type: ignore[union-attr]
-        # latency far beyond the cap carries no information the GP can use: clip it (10x cap) so overloaded
-        # plans do not dominate the lengthscales
-        p = np.clip(p, 1e-6, 10.0 * sc.targets.p95_latency_s)
-        Y = torch.tensor(np.stack([_logit(q), -np.log(p)], axis=1), dtype=torch.double)
-        model = self._fit(X, Y)
-        floor = float(_logit(np.array([max(sc.targets.quality_floor, _EPS)]))[0])
-        neg_log_cap = -math.log(sc.targets.p95_latency_s)
-        ref = [floor if sc.targets.quality_floor > 0 else float(Y[:, 0].min()) - 0.1, neg_log_cap]
-        constraints = [lambda Z: neg_log_cap - Z[..., 1]]
-        if sc.targets.quality_floor > 0:
-            constraints.append(lambda Z: floor - Z[..., 0])
+        y = -np.log(np.clip(p, 1e-6, self.clip_factor * cap))
+        gp = self._fit(X, torch.tensor(y, dtype=torch.double).unsqueeze(-1), step)
+        t1 = time.perf_counter()
+
+        feas = (q >= floor - 1e-12) & (p <= cap)
+        kind = self._kind(step, bool(feas.any()))
+        pool = build_pool(
+            self.space,
+            self._centres(ok, q, p, floor, kind),
+            (t.candidate.key() for t in trials),
+            rng,
+            n_global=self.pool_global,
+            n_local=self.pool_local,
+        )
+        if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
+            return rng.random(self.space.dim)
+        pq = np.array([self._quality(c.fractions) for c in pool.candidates])
+        t2 = time.perf_counter()
+        if kind == "ei" and (pq >= floor - 1e-12).any():
+            best = float(y[feas].max()) if feas.any() else -math.log(cap)
+            scores = self._log_ei(gp, pool, pq, floor, best)
+        else:
+            kind = "ehvi"
+            scores = self._log_nehvi(gp, X, pool, floor, cap)
+        i = int(np.argmax(scores))
+        self.timings.append(
+            {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
+        )
+        return pool.z[i]
+
+    def _centres(self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, floor: float, kind: str) -> list[np.ndarray]:
+        """Incumbents to search around: the best plans meeting the floor, plus the front for EHVI."""
+        above = np.flatnonzero(q >= floor - 1e-12)
+        idx = list(above[np.argsort(p[above])][:3])
+        if kind == "ehvi" or not idx:
+            from boute.optimize.result import pareto_mask
+
+            front = np.flatnonzero(pareto_mask(q, p) & (q >= floor - 1e-12))
+            idx += [int(i) for i in front[np.argsort(p[front])][:3] if i not in idx]
+        if not idx:  # nothing meets the floor yet: the highest-quality plans
+            idx = list(np.argsort(-q)[:3])
+        return [np.asarray(ok[int(i)].z, dtype=float) for i in idx]
+
+    def _log_ei(self, gp, pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:  # noqa: ANN001
+        """Log expected improvement of ``-log P95`` over the incumbent; plans below the floor score -inf."""
+        import torch
+        from botorch.acquisition.analytic import LogExpectedImprovement
+
+        acq = LogExpectedImprovement(gp, best_f=best, maximize=True)
+        Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
+        with torch.no_grad():
+            s = acq(Z).numpy().astype(float)
+        return np.where(pq >= floor - 1e-12, s, -np.inf)
+
+    def _log_nehvi(self, gp, X, pool: Pool, floor: float, cap: float) -> np.ndarray:  # noqa: ANN001
+        """qLogNEHVI of (exact quality, GP ``-log P95``) with the reference point at the targets."""
+        import torch
+        from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
+        from botorch.models.deterministic import GenericDeterministicModel
+        from botorch.models.model import ModelList
+        from botorch.sampling.get_sampler import get_sampler
+
+        space = self.space
+
+        def quality(Z: torch.Tensor) -> torch.Tensor:
+            flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy()
+            vals = [self._quality(tuple(space._fractions(z))) for z in flat]
+            return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+
+        model = ModelList(GenericDeterministicModel(quality, num_outputs=1), gp)
         acq = qLogNoisyExpectedHypervolumeImprovement(
             model=model,
-            ref_point=ref,
+            ref_point=[floor, -math.log(cap)],
             X_baseline=X,
-            sampler=SobolQMCNormalSampler(sample_shape=torch.Size([self.mc_samples]), seed=self.seed),
-            constraints=constraints,
+            sampler=get_sampler(model.posterior(X[:1]), torch.Size([self.mc_samples]), seed=self.seed),
             prune_baseline=True,
+            cache_root=False,
         )
-        d = self.space.dim
-        bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
-        if self.acq_optimizer == "mixed":
-            from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
-
-            cand, _ = optimize_acqf_mixed_alternating(
-                acq,
-                bounds,
-                discrete_dims=self.space.discrete_dims(),
-                cat_dims=self.space.categorical_dims() or None,
-                num_restarts=self.num_restarts,
-                raw_samples=self.raw_samples,
-                options={"maxiter_alternating": 2, "maxiter_continuous": 25, "maxiter_discrete": 2},
-            )
-        else:
-            from botorch.optim import optimize_acqf
-
-            cand, _ = optimize_acqf(
-                acq,
-                bounds,
-                q=1,
-                num_restarts=self.num_restarts,
-                raw_samples=self.raw_samples,
-                options={"maxiter": 40},
-            )
-        return cand.detach().cpu().numpy().reshape(-1)
+        Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
+        with torch.no_grad():
+            return torch.cat([acq(c) for c in Z.split(256)]).numpy().astype(float)

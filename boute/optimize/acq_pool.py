@@ -1,0 +1,114 @@
+"""Candidate pools for the acquisition: canonical plans near the incumbents plus a global sample.
+
+Why a pool instead of gradient ascent on the continuous relaxation: the box has large flat regions (GPU
+counts are rounded, configs are categories, repair folds many points onto one plan), so a gradient
+optimiser spends its effort on points that decode to plans already evaluated, and the GP sees rounded
+points it was never told about. Here every pool point is *canonical* (``encode(decode(x))``), distinct
+and not yet evaluated, so the acquisition is compared only over real, new plans, exactly as the GP is
+trained, and the exact quality of each one is known before any evaluation. Mixed variables are handled
+natively: moves step GPU counts by whole replicas and switch (TP, PP) categories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from boute.optimize.space import Candidate, Space
+
+
+@dataclass(frozen=True)
+class Pool:
+    z: np.ndarray  # (m, d) canonical points
+    candidates: tuple[Candidate, ...]
+
+
+def _move(space: Space, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One random local move: 1-3 coordinates changed by a whole step, routing nudged half the time."""
+    x = z.copy()
+    d = space.dim
+    for j in rng.choice(d, size=min(d, int(rng.integers(1, 4))), replace=False):
+        if j < space.n_routing:
+            x[j] = x[j] + rng.normal(0.0, float(rng.choice((0.01, 0.04, 0.15))))
+            continue
+        pair = next(p for p in space.pairs if j in (p.count_dim, p.config_dim))
+        if j == pair.config_dim:
+            x[j] = (int(rng.integers(len(pair.configs))) + 0.5) / len(pair.configs)
+        elif rng.random() < 0.3:
+            x[j] = rng.random()
+        else:
+            k = (
+                0
+                if pair.config_dim is None
+                else min(len(pair.configs) - 1, int(x[pair.config_dim] * len(pair.configs)))
+            )
+            step = pair.configs[k].gpus * int(rng.choice((-2, -1, 1, 1, 2)))
+            x[j] = x[j] + step / pair.inventory
+    if space.n_routing and rng.random() < 0.5:
+        r = space.n_routing
+        x[:r] = x[:r] + rng.normal(0.0, 0.02, size=r)
+    return np.clip(x, 0.0, 1.0)
+
+
+def axis_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
+    """Every plan one coordinate away from ``z``: each (TP, PP) category, each replica count, routing steps.
+
+    This is the exhaustive part of the local search (a coordinate trust region around the incumbent):
+    single changes such as 2 x TP2 -> 1 x TP4 on the same GPUs are always scored, not left to chance.
+    """
+    out: list[np.ndarray] = []
+    for p in space.pairs:
+        if p.config_dim is not None:
+            for k in range(len(p.configs)):
+                x = z.copy()
+                x[p.config_dim] = (k + 0.5) / len(p.configs)
+                out.append(x)
+                y = x.copy()  # the same config at every replica count
+                for n in range(0, p.inventory // p.configs[k].gpus + 1):
+                    y = y.copy()
+                    y[p.count_dim] = n * p.configs[k].gpus / p.inventory
+                    out.append(y)
+        else:
+            for n in range(0, p.inventory // p.configs[0].gpus + 1):
+                x = z.copy()
+                x[p.count_dim] = n * p.configs[0].gpus / p.inventory
+                out.append(x)
+    for j in range(space.n_routing):
+        for dv in (-0.08, -0.04, -0.02, -0.01, -0.005, 0.005, 0.01, 0.02, 0.04, 0.08):
+            x = z.copy()
+            x[j] = np.clip(x[j] + dv, 0.0, 1.0)
+            out.append(x)
+    return np.array(out) if out else np.zeros((0, space.dim))
+
+
+def build_pool(
+    space: Space,
+    centres: Sequence[np.ndarray],
+    seen: Iterable[str],
+    rng: np.random.Generator,
+    *,
+    n_global: int = 256,
+    n_local: int = 384,
+) -> Pool:
+    """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform."""
+    raw: list[np.ndarray] = [rng.random((n_global, space.dim))] if n_global else []
+    if centres:
+        raw.append(axis_neighbours(space, np.asarray(centres[0], dtype=float)))
+        per = max(1, n_local // len(centres))
+        for c in centres:
+            raw.append(np.array([_move(space, np.asarray(c, dtype=float), rng) for _ in range(per)]))
+    known = set(seen)
+    zs: list[np.ndarray] = []
+    cands: list[Candidate] = []
+    for x in np.concatenate(raw) if raw else np.zeros((0, space.dim)):
+        cand = space.decode(x)
+        key = cand.key()
+        if key in known:
+            continue
+        known.add(key)
+        zs.append(space.encode(cand))
+        cands.append(cand)
+    z = np.array(zs) if zs else np.zeros((0, space.dim))
+    return Pool(z, tuple(cands))

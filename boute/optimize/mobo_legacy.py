@@ -1,0 +1,196 @@
+"""The first MOBO (kept for comparison, ``acq="legacy"``): qLogNEHVI with a GP for quality *and* latency.
+
+Superseded by :mod:`boute.optimize.mobo`, which models quality exactly; the bench measures both.
+
+* Outcomes modelled: ``logit(quality)`` and ``-log(P95)`` (logit/log transforms as in the paper: both are
+  bounded/skewed, and the constraints are monotone in them), one GP each.
+* Surrogate: an additive kernel that mirrors the decision structure, ``k_route + k_place + k_route*k_place``
+  (Matern-5/2, ARD, dimension-scaled lengthscale priors): routing and placement each explain a part of the
+  outcome and their interaction the rest, which needs fewer points than one kernel over all dims.
+* Outcome constraints ``quality >= floor`` and ``P95 <= cap`` enter qLogNEHVI as constraint callables; the
+  budget, inventory and fit are hard and built into the space (no infeasible candidate is ever proposed).
+* Mixed variables: GPU shares are ordinal and (TP, PP) is categorical; ``optimize_acqf_mixed_alternating``
+  optimises over them directly (``acq_optimizer="relaxed"`` falls back to a continuous relaxation).
+* Initial design: scrambled Sobol points (``n_init``), deterministic in the seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from boute.optimize.result import Trial
+from boute.optimize.space import Space
+
+_EPS = 1e-4
+
+
+def _logit(q: np.ndarray) -> np.ndarray:
+    q = np.clip(q, _EPS, 1 - _EPS)
+    return np.log(q / (1 - q))
+
+
+class LegacyMoboStrategy:
+    """``ask(trials)``: Sobol for the first ``n_init`` trials, then the qLogNEHVI maximiser."""
+
+    name = "mobo"
+    timings: list[dict[str, float]]
+
+    def __init__(
+        self,
+        space: Space,
+        *,
+        seed: int = 0,
+        n_init: int | None = None,
+        num_restarts: int = 2,
+        raw_samples: int = 64,
+        mc_samples: int = 32,
+        acq_optimizer: str = "relaxed",
+        threads: int = 1,
+        refit_every: int = 6,
+    ) -> None:
+        self.space = space
+        self.seed = seed
+        self.n_init = n_init if n_init is not None else max(8, min(space.dim, 12))
+        self.num_restarts = num_restarts
+        self.raw_samples = raw_samples
+        self.mc_samples = mc_samples
+        self.acq_optimizer = acq_optimizer
+        self.threads = threads
+        self.refit_every = refit_every
+        self._steps = 0
+        self.timings = []
+        self._sobol: np.ndarray | None = None
+        self._state: list[dict[str, object]] | None = None  # last fitted hyperparameters: warm start
+
+    # ---- initial design -------------------------------------------------------------------------
+    def _sobol_point(self, i: int) -> np.ndarray:
+        if self._sobol is None or len(self._sobol) <= i:
+            from scipy.stats import qmc
+
+            m = math.ceil(math.log2(max(self.n_init, i + 1, 2)))
+            self._sobol = qmc.Sobol(self.space.dim, scramble=True, seed=self.seed).random_base2(m)
+        return self._sobol[i]
+
+    def _fallback(self, i: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, i, 7]).random(self.space.dim)
+
+    # ---- BO step --------------------------------------------------------------------------------
+    def ask(self, trials: Sequence[Trial]) -> np.ndarray:
+        n = len(trials)
+        ok = [t for t in trials if t.ok]
+        if n < self.n_init or len(ok) < 3:
+            return self._sobol_point(n)
+        x = self._bo_step(ok)
+        seen = {t.candidate.key() for t in trials}
+        if self.space.decode(x).key() in seen:
+            return self._fallback(n)  # the acquisition maximiser is a plan already evaluated: explore instead
+        return x
+
+    def _covar(self, d: int):  # noqa: ANN202 - gpytorch kernel
+        from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as matern
+        from gpytorch.kernels import ProductKernel, ScaleKernel
+
+        route = self.space.routing_dims()
+        place = self.space.placement_dims()
+        if not route:
+            return matern(ard_num_dims=len(place), active_dims=place)
+        k_r = matern(ard_num_dims=len(route), active_dims=route)
+        k_p = matern(ard_num_dims=len(place), active_dims=place)
+        k_rp = ProductKernel(
+            matern(ard_num_dims=len(route), active_dims=route), matern(ard_num_dims=len(place), active_dims=place)
+        )
+        return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
+
+    def _fit(self, X, Y):  # noqa: ANN001, ANN202
+        from botorch.fit import fit_gpytorch_mll
+        from botorch.models import ModelListGP, SingleTaskGP
+        from botorch.models.transforms.outcome import Standardize
+        from gpytorch.mlls import SumMarginalLogLikelihood
+
+        models = [
+            SingleTaskGP(X, Y[:, i : i + 1], covar_module=self._covar(X.shape[-1]), outcome_transform=Standardize(m=1))
+            for i in range(Y.shape[-1])
+        ]
+        model = ModelListGP(*models)
+        # Hyperparameters are refitted every ``refit_every`` steps, warm-started from the last fit; in
+        # between the GP is only conditioned on the new data (the fit dominates the cost of a step).
+        if self._state is not None:
+            for m, st in zip(models, self._state, strict=True):
+                m.load_state_dict(st, strict=False)
+        if self._state is None or self._steps % self.refit_every == 0:
+            mll = SumMarginalLogLikelihood(model.likelihood, model)
+            # a failed hyperparameter fit still leaves a usable (prior / warm-started) model
+            with contextlib.suppress(Exception):
+                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": 75}})
+            self._state = [
+                {k: v.detach().clone() for k, v in m.state_dict().items() if not k.startswith("outcome_transform")}
+                for m in models
+            ]
+        self._steps += 1
+        model.eval()
+        return model
+
+    def _bo_step(self, ok: Sequence[Trial]) -> np.ndarray:
+        import torch
+        from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
+        from botorch.sampling import SobolQMCNormalSampler
+
+        torch.set_num_threads(self.threads)
+        torch.manual_seed(self.seed * 100003 + len(ok))
+        sc = self.space.scenario
+        X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
+        q = np.array([t.result.quality for t in ok])  # type: ignore[union-attr]
+        p = np.array([t.result.p95_latency_s for t in ok])  # type: ignore[union-attr]
+        # latency far beyond the cap carries no information the GP can use: clip it (10x cap) so overloaded
+        # plans do not dominate the lengthscales
+        p = np.clip(p, 1e-6, 10.0 * sc.targets.p95_latency_s)
+        Y = torch.tensor(np.stack([_logit(q), -np.log(p)], axis=1), dtype=torch.double)
+        t0 = time.perf_counter()
+        model = self._fit(X, Y)
+        t1 = time.perf_counter()
+        floor = float(_logit(np.array([max(sc.targets.quality_floor, _EPS)]))[0])
+        neg_log_cap = -math.log(sc.targets.p95_latency_s)
+        ref = [floor if sc.targets.quality_floor > 0 else float(Y[:, 0].min()) - 0.1, neg_log_cap]
+        constraints = [lambda Z: neg_log_cap - Z[..., 1]]
+        if sc.targets.quality_floor > 0:
+            constraints.append(lambda Z: floor - Z[..., 0])
+        acq = qLogNoisyExpectedHypervolumeImprovement(
+            model=model,
+            ref_point=ref,
+            X_baseline=X,
+            sampler=SobolQMCNormalSampler(sample_shape=torch.Size([self.mc_samples]), seed=self.seed),
+            constraints=constraints,
+            prune_baseline=True,
+        )
+        d = self.space.dim
+        bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()
+        if self.acq_optimizer == "mixed":
+            from botorch.optim.optimize_mixed import optimize_acqf_mixed_alternating
+
+            cand, _ = optimize_acqf_mixed_alternating(
+                acq,
+                bounds,
+                discrete_dims=self.space.discrete_dims(),
+                cat_dims=self.space.categorical_dims() or None,
+                num_restarts=self.num_restarts,
+                raw_samples=self.raw_samples,
+                options={"maxiter_alternating": 2, "maxiter_continuous": 25, "maxiter_discrete": 2},
+            )
+        else:
+            from botorch.optim import optimize_acqf
+
+            cand, _ = optimize_acqf(
+                acq,
+                bounds,
+                q=1,
+                num_restarts=self.num_restarts,
+                raw_samples=self.raw_samples,
+                options={"maxiter": 40},
+            )
+        self.timings.append({"fit_s": t1 - t0, "acq_s": time.perf_counter() - t1})
+        return cand.detach().cpu().numpy().reshape(-1)
