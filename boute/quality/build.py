@@ -57,7 +57,7 @@ def build_quality_model(
 ) -> QualityModel:
     """Embed prompts (cached), train or load the router, and wire a lazily trained verifier for cascades."""
     from boute.quality.embed import Embedder
-    from boute.quality.router import load_router, split_indices, train_router
+    from boute.quality.router import load_router, split_indices
 
     emb = Embedder(cache_dir).embed(profile.prompts)
     if router_path is not None:
@@ -73,7 +73,7 @@ def build_quality_model(
         else:  # trained on other data: every query of this profile is held out for it
             test, train = np.arange(len(profile)), split_indices(len(profile), test_fraction, seed)[0]
     else:
-        router, train, test = train_router(profile, models, emb, seed=seed, test_fraction=test_fraction)
+        router, train, test = _trained_router(profile, models, emb, cache_dir, seed, test_fraction)
     cols = [profile.models.index(m) for m in models]
 
     def cascade_scores() -> np.ndarray:
@@ -96,6 +96,39 @@ def build_quality_model(
         cascade_scores=cascade_scores if len(models) > 1 else None,
         info=info,
     )
+
+
+def _trained_router(
+    profile: QualityProfile,
+    models: list[str],
+    emb: np.ndarray,
+    cache_dir: Path | None,
+    seed: int,
+    test_fraction: float,
+) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Train the router, or reuse the one trained before on the same profile, tiers and split.
+
+    Training picks its regularisation by cross-validation (~10 s on 2 cores) and depends on nothing but
+    the profile's content, the tier models and the split, so `boute optimize` and the tests would pay it
+    on every start; the result is cached beside the embeddings instead. A damaged entry is retrained.
+    """
+    import hashlib
+    import json
+
+    from boute.quality.embed import default_cache_dir
+    from boute.quality.router import ROUTER_FORMAT, load_router, split_indices, train_router
+
+    key = json.dumps([ROUTER_FORMAT, profile.content_hash, list(models), seed, test_fraction])
+    path = Path(cache_dir or default_cache_dir()) / "routers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+    if path.is_file():
+        try:
+            train, test = split_indices(len(profile), test_fraction, seed)
+            return load_router(path, cache_dir), train, test
+        except (SpecError, KeyError, ValueError, OSError):
+            pass
+    router, train, test = train_router(profile, models, emb, seed=seed, test_fraction=test_fraction)
+    router.save(path)
+    return router, train, test
 
 
 def verifier_scores(
