@@ -156,6 +156,31 @@ def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float],
     return hit
 
 
+_TIER: dict[tuple, tuple[np.ndarray, np.ndarray, list]] = {}
+_TIER_GRID = 1024
+
+
+def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.ndarray, np.ndarray]:
+    """The tier's total rate at each balancing level c on a fine grid, cached per replica mix.
+
+    It depends only on the groups (not on the offered rate), and the optimiser revisits the same mixes
+    at many rates, so each call of :func:`_balance` is then one interpolation instead of a grid search.
+    The rate is piecewise linear and non-decreasing in c, so linear interpolation on the grid is close;
+    the caller rescales the group rates to add up exactly.
+    """
+    key = tuple((float(n), float(mu), id(cv)) for n, mu, cv in zip(counts, mus, curves, strict=True))
+    hit = _TIER.get(key)
+    if hit is None:
+        hi = float(max((cv[0][-1] + 1.0) / mu for mu, cv in zip(mus, curves, strict=True)))
+        cs = np.linspace(0.0, hi, _TIER_GRID)
+        tot = sum(n * np.interp(cs * mu - 1.0, cv[0], cv[1]) for n, mu, cv in zip(counts, mus, curves, strict=True))
+        tot = np.maximum.accumulate(np.asarray(tot, dtype=float))
+        if len(_TIER) > 16384:
+            _TIER.clear()
+        hit = _TIER[key] = (cs, tot, curves)  # keeps the curves alive, so their ids stay unique
+    return hit[0], hit[1]
+
+
 def _balance(
     groups: list[tuple[ReplicaTiming, int, float, int]], lam: float, ln: Lengths
 ) -> tuple[list[tuple[float, float]], list[float]]:
@@ -163,8 +188,8 @@ def _balance(
 
     The balancer equalises (outstanding + 1) / capacity across replicas, and outstanding = rate x
     residence (Little), so at a common level ``c`` each replica holds ``c * mu_g - 1`` requests; its rate
-    follows from its (cached, monotone) outstanding-vs-rate curve, and ``c`` is found by bisection so
-    the rates add up to the tier's. Slow replicas hold requests longer and so get less than their
+    follows from its (cached, monotone) outstanding-vs-rate curve, and ``c`` is read off the tier's cached
+    rate-vs-level curve so the rates add up to the tier's. Slow replicas hold requests longer and so get less than their
     capacity share at light load.
     """
     total_cap = sum(n * mu for _, n, mu, _ in groups)
@@ -175,23 +200,11 @@ def _balance(
         return [(float(np.interp(lam / n, ls, a)), float(np.interp(lam / n, ls, tau)))], [1.0]
     mus = np.array([mu for _, _, mu, _ in groups])
     counts = np.array([n for _, n, _, _ in groups], dtype=float)
-
-    def total(c: np.ndarray) -> np.ndarray:  # tier rate at each level c (vectorised over c)
-        return sum(
-            n * np.interp(c * mu - 1.0, outs, lams)
-            for n, mu, (outs, lams, _, _) in zip(counts, mus, curves, strict=True)
-        )
-
-    lo, hi = 0.0, float(max((cv[0][-1] + 1.0) / mu for mu, cv in zip(mus, curves, strict=True)))
-    if float(total(np.array([hi]))[0]) < lam:
+    cs, tot = _tier_curve(counts, mus, curves)
+    if float(tot[-1]) < lam:
         lams = [lam * mu / total_cap for _, _, mu, _ in groups]  # beyond the curves: capacity-proportional
     else:
-        for _ in range(2):  # the rate is piecewise linear in c: a grid, then a finer grid in the bracket
-            cs = np.linspace(lo, hi, 64)
-            tot = total(cs)
-            j = int(np.clip(np.searchsorted(tot, lam), 1, len(cs) - 1))
-            lo, hi = float(cs[j - 1]), float(cs[j])
-        c = float(np.interp(lam, tot[j - 1 : j + 1], cs[j - 1 : j + 1]))
+        c = float(np.interp(lam, tot, cs))
         lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
         got = sum(n * x for n, x in zip(counts, lams, strict=True))
         lams = [x * lam / got for x in lams] if got > 0 else lams
