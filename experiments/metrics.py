@@ -1,0 +1,201 @@
+"""The comparison metrics: simulator-confirmed latency, max sustainable rate, least budget meeting targets.
+
+* ``confirm``: the discrete-event simulator on the scenario workload, requests routed by the learned router
+  (the same check ``boute optimize`` does before writing a plan).
+* ``max_rate``: throughput at equal budget and quality. Among a system's evaluated plans that meet the
+  quality floor within the budget, the ``top_k`` with the largest fast-path capacity are bisected on the
+  offered rate (largest rate whose fast-path P95 stays under the cap); the best is then confirmed by the
+  simulator at that rate, stepping the rate down 5% at a time until the simulated P95 meets the cap too.
+* ``min_budget``: $/h to meet the quality floor and P95 cap at the scenario's rate: bisection on the budget,
+  re-running the system (its own search) at every step; the figure reported is the cost of the cheapest
+  plan meeting the targets that any step evaluated (the same rule for every system).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from experiments.common import Evaluators
+from experiments.systems import SystemRun
+
+
+def evaluators_for(run: SystemRun, evs: Evaluators) -> Evaluators:
+    if run.mode == evs.mode:
+        return evs
+    from experiments.cascadia import _cascade_evaluators
+
+    return _cascade_evaluators(evs)
+
+
+def confirm(evs: Evaluators, cand: Any, rate: float | None = None, seed: int = 0) -> dict[str, Any]:  # noqa: ANN401
+    """Simulated figures of ``cand`` at ``rate`` (default: the scenario's)."""
+    from boute.optimize.evaluators import candidate_plan
+    from boute.sim import simulate
+    from boute.workload import build_workload
+
+    sc = evs.scenario
+    wl = build_workload(sc, rate_rps=rate) if rate is not None else evs.sim.workload
+    route = evs.quality_model.assign(wl.prompt_index, np.asarray(cand.fractions), mode=evs.mode, seed=seed)
+    s = simulate(candidate_plan(sc, cand, evs.mode), sc, wl, route, seed=seed).summary()
+    q = float(evs.policy(cand.fractions).quality)
+    p95 = float(s["p95_latency_s"])
+    return {
+        "rate_rps": wl.rate_rps,
+        "quality": q,
+        "p95_latency_s": p95,
+        "mean_latency_s": float(s["mean_latency_s"]),
+        "p50_latency_s": float(s["p50_latency_s"]),
+        "throughput_rps": float(s["throughput_rps"]),
+        "completed": float(s.get("completed", math.nan)),
+        "cost_per_hour": float(cand.cost_per_hour),
+        "meets": bool(
+            q >= sc.targets.quality_floor - 1e-12
+            and p95 <= sc.targets.p95_latency_s
+            and cand.cost_per_hour <= sc.cluster.budget_per_hour + 1e-6
+        ),
+    }
+
+
+def fast_p95_at(evs: Evaluators, cand: Any, rate: float) -> float:  # noqa: ANN401 - Candidate
+    """Fast-path P95 at another offered rate (inf when the plan is unstable there)."""
+    from boute.sim import fast_evaluate
+
+    pol = evs.policy(cand.fractions)
+    tiers = [t.name for t in evs.scenario.tiers]
+    res = fast_evaluate(
+        list(cand.deployment),
+        evs.scenario,
+        replace(evs.fast.stats, rate_rps=rate),
+        [float(v) for v in np.asarray(pol.visits)],
+        tiers,
+        mode=evs.mode,
+    )
+    return float(res.p95_latency_s) if res.stable else math.inf
+
+
+def rate_limit(evs: Evaluators, cand: Any, hi: float, iters: int = 24) -> float:  # noqa: ANN401
+    """Largest offered rate (req/s) in (0, hi] whose fast-path P95 is under the cap (0 if none)."""
+    cap = evs.scenario.targets.p95_latency_s
+    lo = 0.0
+    if fast_p95_at(evs, cand, hi) <= cap:
+        return hi
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fast_p95_at(evs, cand, mid) <= cap else (lo, mid)
+        if hi - lo < 0.005 * max(hi, 1.0):
+            break
+    return lo
+
+
+def max_rate(run: SystemRun, evs: Evaluators, top_k: int = 3, sim_steps: int = 8, seed: int = 0) -> dict[str, Any]:
+    """Max sustainable rate of the system's best plan meeting the floor and budget (see module doc)."""
+    ev = evaluators_for(run, evs)
+    sc = ev.scenario
+    floor, budget = sc.targets.quality_floor, sc.cluster.budget_per_hour
+    pool = [
+        (c, r)
+        for c, r in run.pool
+        if r is not None
+        and r.quality >= floor - 1e-12
+        and c.cost_per_hour <= budget + 1e-6
+        and r.capacity_rps is not None
+        and r.capacity_rps > 0
+    ]
+    if not pool:
+        return {"fast_rate_rps": None, "sim_rate_rps": None, "note": "no plan meets the quality floor"}
+    pool.sort(key=lambda cr: -cr[1].capacity_rps)
+    scored = [(rate_limit(ev, c, float(r.capacity_rps)), c) for c, r in pool[:top_k]]
+    best_rate, best = max(scored, key=lambda s: s[0])
+    out: dict[str, Any] = {
+        "fast_rate_rps": best_rate,
+        "plan_cost_per_hour": best.cost_per_hour,
+        "fractions": list(best.fractions),
+        "deployment": best.deployment,
+    }
+    rate, sim = best_rate, None
+    for _ in range(sim_steps):
+        if rate <= 0:
+            break
+        sim = confirm(ev, best, rate, seed)
+        if sim["p95_latency_s"] <= sc.targets.p95_latency_s:
+            break
+        rate *= 0.95
+    ok = sim is not None and sim["p95_latency_s"] <= sc.targets.p95_latency_s
+    out["sim_rate_rps"] = rate if ok else None
+    out["sim"] = sim
+    return out
+
+
+def cheapest_feasible(run: SystemRun) -> Any:  # noqa: ANN401 - Candidate | None
+    """The cheapest plan of a run's pool that meets all targets (its budget included)."""
+    feas = [c for c, r in run.pool if r is not None and r.feasible]
+    return min(feas, key=lambda c: c.cost_per_hour) if feas else None
+
+
+def min_budget(
+    run_at: Callable[[Evaluators, SystemRun | None], SystemRun],
+    evs: Evaluators,
+    *,
+    lo: float = 1.0,
+    ceiling: float = 120.0,
+    tol: float = 1.0,
+    start: SystemRun | None = None,
+) -> dict[str, Any]:
+    """Least budget at which ``run_at`` finds a plan meeting the targets (bisection; see module doc).
+
+    Every step counts the cheapest plan meeting the targets that the system evaluated (not only the one
+    it would deploy, which minimises P95), so the bisection starts from that plan's cost. ``start``: the
+    system's run at the nominal budget, when there is one: not repeated, and the first warm start.
+    """
+    nominal = evs.scenario.cluster.budget_per_hour
+    steps: list[tuple[float, bool]] = []
+    prev: SystemRun | None = None  # last feasible run: BOute's warm start
+    cheapest: Any = None
+
+    def take(r: SystemRun) -> bool:
+        nonlocal prev, cheapest
+        c = cheapest_feasible(r)
+        if c is None:
+            return False
+        prev = r
+        if cheapest is None or c.cost_per_hour < cheapest.cost_per_hour:
+            cheapest = c
+        return True
+
+    def feasible(b: float) -> bool:
+        ok = take(run_at(evs.at_budget(b), prev))
+        steps.append((b, ok))
+        return ok
+
+    hi = nominal
+    if start is not None and take(start):
+        steps.append((nominal, True))
+    while cheapest is None and not feasible(hi):
+        lo = hi
+        hi *= 1.5
+        if hi > ceiling:
+            return {
+                "budget_per_hour": None,
+                "cost_per_hour": None,
+                "steps": steps,
+                "note": f"no plan meets the targets up to ${ceiling:g}/h",
+            }
+    hi = min(hi, cheapest.cost_per_hour)
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if feasible(mid):
+            hi = min(mid, cheapest.cost_per_hour)
+        else:
+            lo = mid
+    return {
+        "budget_per_hour": max(hi, cheapest.cost_per_hour),
+        "cost_per_hour": cheapest.cost_per_hour,
+        "plan": cheapest,
+        "mode": prev.mode if prev is not None else evs.mode,
+        "steps": steps,
+    }
