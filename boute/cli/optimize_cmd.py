@@ -37,7 +37,10 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     ) -> None:
         """Find the lowest-P95 plan meeting the quality floor and the P95 cap within the budget."""
+        import warnings
+
         import torch
+        from linear_operator.utils.warnings import NumericalWarning
 
         from boute.errors import BouteError, InfeasibleError
         from boute.optimize import session
@@ -46,6 +49,8 @@ def register(app: typer.Typer) -> None:
         from boute.tracking import open_store
 
         torch.set_num_threads(2)
+        # GPyTorch adds jitter to near-singular kernel matrices and says so; that is handled, not news to a user
+        warnings.filterwarnings("ignore", category=NumericalWarning)
         if strategy not in ("mobo", "random", "nsga2"):
             raise BouteError(f"--strategy: unknown strategy '{strategy}' (known: mobo, random, nsga2)")
         if evaluator not in ("fast", "sim", "live"):
