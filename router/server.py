@@ -7,6 +7,7 @@ in-flight requests (streams included) to finish before the lifespan shutdown clo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 
@@ -53,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env(
         plan=args.plan, backends=args.backends, redis_url=args.redis_url, redis_prefix=args.redis_prefix
     )
-    serve(settings, args.host, args.port, args.log_level)
+    # uvicorn drains, then re-raises the SIGINT it caught: a clean stop, not an error
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(settings, args.host, args.port, args.log_level)
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -33,15 +34,29 @@ def test_serve_emulate_ready_then_ctrl_c_stops_everything(tmp_path: Path) -> Non
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:  # the command says "ready:" only once its own /ready check passed
+        for raw in proc.stdout:  # type: ignore[union-attr]
+            lines.append(raw.decode())
+            if lines[-1].startswith("ready:"):
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        wait_http(url + "/ready", 90, [proc])
+        assert ready.wait(120), "".join(lines)
+        wait_http(url + "/ready", 5, [proc])
         r = httpx.post(url + "/v1/completions", json={"model": "router-large", "prompt": "x", "max_tokens": 3})
         assert r.status_code == 200 and r.headers["x-boute-tier"] == "large"
     finally:
         proc.send_signal(signal.SIGINT)
-        out = proc.communicate(timeout=60)[0].decode()
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
+    out = "".join(lines)
     assert proc.returncode == 0, out
-    assert "ready:" in out
+    assert "Traceback" not in out, out
     registry = Path(out.split("registry ", 1)[1].split()[0])
     urls = [b["url"] for b in json.loads(registry.read_text())]
     assert len(urls) == 3
