@@ -16,12 +16,12 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from backends.emulated.engine import Engine, Sequence
 from backends.emulated.profile import CHAT_TEMPLATE_TOKENS, ReplicaConfig, Responder, count_tokens
+from router.proxy import RelayResponse  # closes the generator on disconnect, which cancels the sequence
 
 _ids = itertools.count(1)
 
@@ -37,21 +37,6 @@ def _error(status: int, message: str, param: str | None = None) -> Response:
 
 class _Bad(Exception):
     pass
-
-
-class CancellingStream(StreamingResponse):
-    """Races the send loop with a disconnect listener and always closes the generator (cancels the seq)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        sender = asyncio.ensure_future(self.stream_response(send))
-        watcher = asyncio.ensure_future(self.listen_for_disconnect(receive))
-        try:
-            await asyncio.wait({sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (sender, watcher):
-                t.cancel()
-            await asyncio.gather(sender, watcher, return_exceptions=True)
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
 
 def _text(content: Any) -> str:
@@ -200,7 +185,7 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
             finally:
                 engine.cancel(seq)  # no-op once finished; frees the batch slot when the client left
 
-        return CancellingStream(events(), media_type="text/event-stream")
+        return RelayResponse(events(), media_type="text/event-stream")
 
     async def generate(request: Request) -> Response:
         """SGLang native: {"text", "sampling_params": {"max_new_tokens"}, "stream"}."""
@@ -240,7 +225,7 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
             finally:
                 engine.cancel(seq)
 
-        return CancellingStream(events(), media_type="text/event-stream")
+        return RelayResponse(events(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
         return _json(
