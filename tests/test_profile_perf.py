@@ -2,7 +2,8 @@
 
 The emulated backend times requests with the performance model itself, so calibrating against it must
 recover factors whose predictions match what was measured: an end-to-end check of the sweep (streaming
-TTFT/TPOT), the point mapping, the fit and the calibration file round trip.
+TTFT/TPOT), the point mapping, the fit and the calibration file round trip. The CLI also records each run
+and its load points in the tracking DB, read back by ``boute profile runs|show``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from boute.catalog import builtin_catalog
 from boute.cli.main import main as cli_main
 from boute.errors import BouteError
 from boute.perf.calibration import apply_calibration, load_calibration
+from boute.tracking import open_store
 from tests.services import free_port
+
+UNREACHABLE_DB = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1"
 
 pytest.importorskip("backends.emulated.server")
 
@@ -37,6 +41,14 @@ def emulated(tmp_path_factory: pytest.TempPathFactory) -> str:
         sup.start(spec)
         sup.wait_ready(timeout_s=60)
         yield f"http://127.0.0.1:{port}"
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run ``boute ARGV`` in-process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as ex:
+        cli_main(argv)
+    cap = capsys.readouterr()
+    return int(ex.value.code or 0), cap.out, cap.err
 
 
 def test_sweep_measures_streamed_ttft_and_tpot(emulated: str) -> None:
@@ -67,24 +79,94 @@ def test_calibration_recovers_the_emulated_timing(emulated: str, tmp_path: Path)
     assert sorted(abs(r["error_pct"]) for r in before)[len(before) // 2] > 40.0, before
 
 
-def test_cli_profile_perf_writes_calibration_and_results(emulated: str, tmp_path: Path, capsys) -> None:
+def test_cli_profile_perf_writes_calibration_and_results(emulated: str, tmp_path: Path, capsys, monkeypatch) -> None:
     out = tmp_path / "cal.yaml"
     out.write_text(yaml.safe_dump({"gpus": {"h100-sxm": {"compute": 0.5}}}))  # other GPUs must survive
-    with pytest.raises(SystemExit) as ex:
-        cli_main(
-            [
-                "profile", "perf", "--endpoint", emulated + "/v1", "--model", "llama-3.2-1b", "--served-model", "small",
+    db = f"sqlite:///{tmp_path / 'track.db'}"
+    code, stdout, _ = _cli(
+        [
+            "profile", "perf", "--endpoint", emulated + "/v1", "--model", "llama-3.2-1b", "--served-model", "small",
             "--gpu", "rtx-4090", "--concurrency", "1,2", "--input", "128,512", "--output", "16",
-            "--requests", "2", "--out", str(out), "--json",
-            ]
-        )  # fmt: skip
-    assert ex.value.code == 0
-    summary = json.loads(capsys.readouterr().out)
+            "--requests", "2", "--out", str(out), "--db", db, "--json",
+        ],
+        capsys,
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(stdout)
     data = yaml.safe_load(out.read_text())
     assert data["gpus"]["h100-sxm"] == {"compute": 0.5} and "rtx-4090" in data["gpus"]
     assert summary["median_abs_error_pct_after"] < summary["median_abs_error_pct_before"]
     raw = json.loads(Path(summary["results"]).read_text())
-    assert len(raw["points"]) == 4 and raw["meta"]["gpu"] == "rtx-4090"
+    assert len(raw["points"]) == 4 and raw["meta"]["gpu"] == "rtx-4090" and "tracking" not in raw["meta"]
+
+    # recorded in the tracking DB: the run, its fit, one row per load point with the summary's figures
+    run_id = summary["profile_run"]
+    store = open_store(db)
+    try:
+        run = store.profile_run(run_id)
+        rows = store.profile_points(run_id)
+    finally:
+        store.close()
+    assert run is not None
+    assert (run["kind"], run["model"], run["gpu"], run["tp"], run["pp"], run["dtype"], run["status"]) == (
+        "perf", "llama-3.2-1b", "rtx-4090", 1, 1, "bf16", "complete",
+    )  # fmt: skip
+    assert run["endpoint"] == emulated + "/v1" and run["calibration_path"] == str(out.resolve())
+    assert run["calibration"]["efficiency"] == summary["efficiency"]
+    assert run["calibration"]["fitted"] == summary["fitted"]
+    assert run["calibration"]["median_abs_error_pct_after"] == summary["median_abs_error_pct_after"]
+    settings = run["settings"]
+    assert (settings["api"], settings["concurrency"], settings["inputs"], settings["outputs"]) == (
+        "chat", [1, 2], [128, 512], [16],
+    )  # fmt: skip
+    assert run["points"] == 4 and [r["index"] for r in rows] == [0, 1, 2, 3]
+    for row, pt in zip(rows, summary["points"], strict=True):
+        assert row["concurrency"] == pt["concurrency"] and row["rate_rps"] is None
+        assert round(row["ttft_ms_mean"], 2) == pt["ttft_ms"] and round(row["tpot_ms_mean"], 3) == pt["tpot_ms"]
+        assert round(row["throughput_rps"], 3) == pt["throughput_rps"]
+        assert round(row["input_tokens"], 1) == pt["input_tokens"] and row["output_len"] == 16
+        assert row["ttft_ms_p95"] >= row["ttft_ms_p50"] > 0 and row["output_tokens_per_s"] > 0
+        assert (row["completed"], row["failed"], row["errors"]) == (2, 0, [])
+
+    # `boute profile runs` lists it (filtered by GPU), `boute profile show` prints it with its points
+    code, stdout, _ = _cli(["profile", "runs", "--db", db, "--json"], capsys)
+    listed = json.loads(stdout)
+    assert code == 0 and [r["id"] for r in listed] == [run_id] and listed[0]["points"] == 4
+    code, stdout, _ = _cli(["profile", "runs", "--db", db, "--gpu", "h100-sxm", "--json"], capsys)
+    assert code == 0 and json.loads(stdout) == []
+    code, stdout, _ = _cli(["profile", "show", str(run_id), "--db", db, "--json"], capsys)
+    shown = json.loads(stdout)
+    assert code == 0 and shown["id"] == run_id and shown["gpu"] == "rtx-4090"
+    assert [p["ttft_ms_mean"] for p in shown["points"]] == [r["ttft_ms_mean"] for r in rows]
+    monkeypatch.setenv("COLUMNS", "200")  # Rich tables: wide enough not to wrap cells
+    code, stdout, _ = _cli(["profile", "runs", "--db", db], capsys)
+    assert code == 0 and "rtx-4090" in stdout and "llama-3.2-1b" in stdout
+    code, stdout, _ = _cli(["profile", "show", str(run_id), "--db", db], capsys)
+    assert code == 0 and f"profile run {run_id}" in stdout and "TTFT ms" in stdout
+    assert f"{rows[0]['ttft_ms_mean']:,.2f}" in stdout
+
+
+def test_profile_show_and_runs_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    db = f"sqlite:///{tmp_path / 'track.db'}"
+    for argv, message in (
+        (["profile", "show", "999", "--db", db], "no profiling run numbered 999"),
+        (["profile", "show", "abc", "--db", db], "RUN_ID must be a run number, got 'abc'"),
+        (["profile", "show", "1", "--db", UNREACHABLE_DB], "--db: cannot open tracking database"),
+        (["profile", "runs", "--db", UNREACHABLE_DB], "--db: cannot open tracking database"),
+        # the DB is opened before the sweep: an unreachable one fails at once (http://x is never contacted)
+        (
+            ["profile", "perf", "--endpoint", "http://x", "--model", "llama-3.2-1b", "--gpu", "rtx-4090"]
+            + ["--db", UNREACHABLE_DB, "--out", str(tmp_path / "cal.yaml")],
+            "--db: cannot open tracking database",
+        ),
+    ):
+        code, out, err = _cli(argv, capsys)
+        assert code == 2 and out == "", argv
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+        assert "Traceback" not in err
+    code, out, _ = _cli(["profile", "runs", "--db", db, "--json"], capsys)
+    assert code == 0 and json.loads(out) == []
+    assert not (tmp_path / "cal.yaml").exists()
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:

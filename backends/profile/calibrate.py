@@ -62,10 +62,12 @@ def measured_points(results: Sequence[PointResult], replica: Replica, source: st
             "output_len": max(2, round(r.mean_output_tokens)),
             "source": source or f"profile c={p.concurrency} in={p.input_len} out={p.output_len}",
         }
-        if np.isfinite(r.ttft_ms_mean) and r.ttft_ms_mean > 0:
-            out.append(MeasuredPoint(metric="ttft_ms", value=r.ttft_ms_mean, batch=1, **shape))
-        if np.isfinite(r.tpot_ms_mean) and r.tpot_ms_mean > 0:
-            out.append(MeasuredPoint(metric="tpot_ms", value=r.tpot_ms_mean, batch=p.concurrency, **shape))
+        # medians: the replica model is deterministic, and one request slowed by a noisy neighbour (a shared
+        # host, a GC pause) skews a mean of a few requests, not their median
+        if np.isfinite(r.ttft_ms_p50) and r.ttft_ms_p50 > 0:
+            out.append(MeasuredPoint(metric="ttft_ms", value=r.ttft_ms_p50, batch=1, **shape))
+        if np.isfinite(r.tpot_ms_p50) and r.tpot_ms_p50 > 0:
+            out.append(MeasuredPoint(metric="tpot_ms", value=r.tpot_ms_p50, batch=p.concurrency, **shape))
     return out
 
 

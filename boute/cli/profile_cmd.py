@@ -1,20 +1,79 @@
-"""``boute profile perf|quality``: measure a live engine's speed, or its answers' quality, from outside.
+"""``boute profile perf|quality|runs|show``: measure a live engine's speed, or its answers' quality, from outside.
 
 ``perf`` runs a load sweep against an OpenAI-compatible endpoint, fits the performance model's efficiency
 factors of the GPU type to the measurements and writes a calibration file (read by ``boute perf
---calibration`` and a scenario's ``calibration:``). ``quality`` runs a dataset through every tier and
-writes a quality profile the optimiser reads.
+--calibration`` and a scenario's ``calibration:``); the run, the fit and every load point's TTFT, TPOT and
+throughput are recorded in the tracking DB (``--db``), which ``runs`` and ``show`` read back. ``quality``
+runs a dataset through every tier and writes a quality profile the optimiser reads.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import typer
 
 from boute.errors import BouteError
+
+_DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
+
+
+def _num(value: float | None, ndigits: int) -> float | None:
+    """Rounded, or ``None`` for a figure that could not be measured (NaN): the summary stays valid JSON."""
+    return None if value is None or not math.isfinite(value) else round(float(value), ndigits)
+
+
+def _point_row(index: int, s: Any) -> dict[str, Any]:  # s: loadgen.PointResult -> a profile_points row
+    return {
+        "index": index,
+        "concurrency": s.point.concurrency,
+        "rate_rps": s.point.rate_rps,
+        "input_len": s.point.input_len,
+        "output_len": s.point.output_len,
+        "requests": s.point.requests,
+        "completed": s.completed,
+        "failed": s.failed,
+        "input_tokens": s.mean_input_tokens,
+        "output_tokens": s.mean_output_tokens,
+        "ttft_ms_mean": s.ttft_ms_mean,
+        "ttft_ms_p50": s.ttft_ms_p50,
+        "ttft_ms_p95": s.ttft_ms_p95,
+        "tpot_ms_mean": s.tpot_ms_mean,
+        "tpot_ms_p50": s.tpot_ms_p50,
+        "e2e_ms_mean": s.e2e_ms_mean,
+        "throughput_rps": s.throughput_rps,
+        "output_tokens_per_s": s.output_tokens_per_s,
+        "wall_s": s.wall_s,
+        "errors": list(s.errors),
+    }
+
+
+def _record(store: Any, url: str | None, run: dict[str, Any], points: list[dict[str, Any]]) -> int:
+    """Write the run and its points in one transaction; a database failure is a one-line error."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from boute.tracking import normalise_url
+
+    try:
+        return store.add_profile_run(run, points)
+    except SQLAlchemyError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BouteError(
+            f"--db: cannot record the profile run in {normalise_url(url)} "
+            f"(calibration and results files were written): {first}"
+        ) from None
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -46,7 +105,9 @@ def _tier(text: str, flag: str):  # -> quality.Tier
 
 
 def register(app: typer.Typer) -> None:
-    profile = typer.Typer(help="Profile live engines: performance (calibration) and answer quality.")
+    profile = typer.Typer(
+        help="Profile live engines: performance (calibration; runs recorded in the tracking DB) and answer quality."
+    )
     app.add_typer(profile, name="profile")
 
     @profile.command("perf")
@@ -70,13 +131,17 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(None, "--catalog", help="extra GPU/model catalog YAML"),
         out: Path = typer.Option(Path("calibration.yaml"), "--out", help="calibration file to write or update"),
         results: Path | None = typer.Option(None, "--results", help="raw sweep JSON (default: <out>.results.json)"),
+        db: str | None = _DB,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Load-sweep a live endpoint, fit efficiency factors for GPU type --gpu, write the calibration file."""
+        """Load-sweep a live endpoint, fit efficiency factors for GPU type --gpu, write the calibration file.
+
+        The run, the fit and every load point (TTFT, TPOT, throughput) are recorded in the tracking DB."""
         from backends.profile.calibrate import Replica, compare, fit_sweep, measured_points, write_calibration
         from backends.profile.calibrate import write_results as save_results
         from backends.profile.loadgen import LoadPoint, run_sweep
         from boute.perf.calibration import apply_calibration, load_calibration
+        from boute.tracking import open_store
 
         if api not in ("chat", "completions"):
             raise BouteError(f"--api: expected chat or completions, got '{api}'")
@@ -86,54 +151,196 @@ def register(app: typer.Typer) -> None:
             cat.model(model)
         except KeyError as exc:
             raise BouteError(str(exc.args[0])) from None
+        conc_vals = _ints(concurrency, "concurrency")
+        in_vals, out_vals = _ints(inputs, "input"), _ints(outputs, "output")
         points = [
             LoadPoint(concurrency=c, input_len=i, output_len=o, requests=max(requests, c))
-            for i in _ints(inputs, "input")
-            for o in _ints(outputs, "output")
-            for c in _ints(concurrency, "concurrency")
+            for i in in_vals
+            for o in out_vals
+            for c in conc_vals
         ]
+        rate_vals: list[float] = []
         if rates:
             try:
                 rate_vals = [float(r) for r in rates.split(",") if r.strip()]
             except ValueError:
                 raise BouteError(f"--rates: expected comma-separated numbers, got '{rates}'") from None
-            base_in, base_out = _ints(inputs, "input")[0], _ints(outputs, "output")[0]
-            points += [LoadPoint(1, base_in, base_out, requests, rate_rps=r) for r in rate_vals]
-        swept = run_sweep(endpoint, served_model or model, points, api=api)  # type: ignore[arg-type]
-        replica = Replica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
-        mps = measured_points(swept, replica, source=f"boute profile perf {endpoint}")
-        if not mps:
-            errs = sorted({e for r in swept for e in r.errors})
-            raise BouteError(f"{endpoint}: no successful measurements to fit ({'; '.join(errs)[:300]})")
-        before = compare(mps, cat)
-        fit = fit_sweep(mps, cat, gpu)
-        write_calibration(out, fit)
-        after = compare(mps, apply_calibration(cat, load_calibration(out)))
-        raw = results or out.with_suffix(".results.json")
-        meta = {"endpoint": endpoint, "model": model, "gpu": gpu, "tp": tp, "pp": pp, "dtype": dtype}
-        save_results(raw, swept, {**meta, "tracking": "boute.tracking not used: raw results kept in this file"})
+            points += [LoadPoint(1, in_vals[0], out_vals[0], requests, rate_rps=r) for r in rate_vals]
+        store = open_store(db)  # before the sweep: an unreachable DB fails in seconds, not after it
+        try:
+            swept = run_sweep(endpoint, served_model or model, points, api=api)  # type: ignore[arg-type]
+            replica = Replica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
+            mps = measured_points(swept, replica, source=f"boute profile perf {endpoint}")
+            if not mps:
+                errs = sorted({e for r in swept for e in r.errors})
+                raise BouteError(f"{endpoint}: no successful measurements to fit ({'; '.join(errs)[:300]})")
+            before = compare(mps, cat)
+            fit = fit_sweep(mps, cat, gpu)
+            write_calibration(out, fit)
+            after = compare(mps, apply_calibration(cat, load_calibration(out)))
+            raw = results or out.with_suffix(".results.json")
+            meta = {"endpoint": endpoint, "model": model, "gpu": gpu, "tp": tp, "pp": pp, "dtype": dtype}
+            save_results(raw, swept, meta)
+            calibration = {
+                "efficiency": {k: round(float(v), 4) for k, v in fit.efficiency.model_dump(exclude_none=True).items()},
+                "fitted": list(fit.fitted),
+                "median_abs_error_pct_before": round(median(abs(r["error_pct"]) for r in before), 2),
+                "median_abs_error_pct_after": round(median(abs(r["error_pct"]) for r in after), 2),
+            }
+            settings = {
+                "api": api,
+                "served_model": served_model or model,
+                "concurrency": conc_vals,
+                "rates": rate_vals,
+                "inputs": in_vals,
+                "outputs": out_vals,
+                "requests": requests,
+                "max_batch": max_batch,
+                "catalog": str(catalog) if catalog is not None else None,
+                "results": str(raw.resolve()),
+            }
+            run = {
+                **meta,
+                "kind": "perf",
+                "settings": settings,
+                "calibration": calibration,
+                "calibration_path": str(out.resolve()),
+                "status": "partial" if any(s.failed for s in swept) else "complete",
+            }
+            run_id = _record(store, db, run, [_point_row(i, s) for i, s in enumerate(swept)])
+        finally:
+            store.close()
         summary = {
             "calibration": str(out),
             "results": str(raw),
-            "efficiency": {k: round(float(v), 4) for k, v in fit.efficiency.model_dump(exclude_none=True).items()},
-            "fitted": list(fit.fitted),
-            "median_abs_error_pct_before": round(median(abs(r["error_pct"]) for r in before), 2),
-            "median_abs_error_pct_after": round(median(abs(r["error_pct"]) for r in after), 2),
+            "profile_run": run_id,
+            **calibration,
             "points": [
                 {
                     "concurrency": s.point.concurrency,
                     "rate_rps": s.point.rate_rps,
-                    "input_tokens": round(s.mean_input_tokens, 1),
-                    "output_tokens": round(s.mean_output_tokens, 1),
-                    "ttft_ms": round(s.ttft_ms_mean, 2),
-                    "tpot_ms": round(s.tpot_ms_mean, 3),
-                    "throughput_rps": round(s.throughput_rps, 3),
+                    "input_tokens": _num(s.mean_input_tokens, 1),
+                    "output_tokens": _num(s.mean_output_tokens, 1),
+                    "ttft_ms": _num(s.ttft_ms_mean, 2),
+                    "tpot_ms": _num(s.tpot_ms_mean, 3),
+                    "throughput_rps": _num(s.throughput_rps, 3),
                     "failed": s.failed,
                 }
                 for s in swept
             ],
         }
         typer.echo(json.dumps(summary, indent=None if as_json else 2))
+
+    @profile.command("runs")
+    def runs_cmd(
+        gpu: str | None = typer.Option(None, "--gpu", help="only runs of this catalog GPU type"),
+        db: str | None = _DB,
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """List the profiling runs recorded in the tracking DB."""
+        from boute.tracking import open_store
+
+        store = open_store(db)
+        try:
+            rows = store.profile_runs(gpu)
+        finally:
+            store.close()
+        if as_json:
+            typer.echo(json.dumps(rows))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="profiling runs" + (f" on {gpu}" if gpu else ""), show_header=True)
+        for col, justify in (
+            ("id", "right"),
+            ("kind", "left"),
+            ("gpu", "left"),
+            ("model", "left"),
+            ("tp x pp", "right"),
+            ("dtype", "left"),
+            ("points", "right"),
+            ("err % before -> after", "right"),
+            ("status", "left"),
+            ("created", "left"),
+        ):
+            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for r in rows:
+            cal = r["calibration"] or {}
+            err = f"{_fmt(cal.get('median_abs_error_pct_before'))} -> {_fmt(cal.get('median_abs_error_pct_after'))}"
+            table.add_row(
+                str(r["id"]),
+                r["kind"],
+                r["gpu"],
+                r["model"],
+                f"{r['tp']} x {r['pp']}",
+                r["dtype"],
+                str(r["points"]),
+                err,
+                r["status"],
+                r["created_at"] or "-",
+            )
+        Console().print(table)
+
+    @profile.command("show")
+    def show_cmd(
+        run_id: str = typer.Argument(..., metavar="RUN_ID", help="profiling run id (see `boute profile runs`)"),
+        db: str | None = _DB,
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """A recorded profiling run: endpoint, settings, fitted factors and every load point."""
+        from boute.tracking import open_store
+
+        if not run_id.strip().isdigit():
+            raise BouteError(f"profile show: RUN_ID must be a run number, got '{run_id}'")
+        store = open_store(db)
+        try:
+            run = store.profile_run(int(run_id))
+            points = store.profile_points(int(run_id)) if run is not None else []
+        finally:
+            store.close()
+        if run is None:
+            raise BouteError(f"profile show: no profiling run numbered {int(run_id)} (see `boute profile runs`)")
+        doc = {**run, "points": points}
+        if as_json:
+            typer.echo(json.dumps(doc, default=str))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console()
+        console.print(
+            f"[bold]profile run {run['id']}[/bold] ({run['kind']}, {run['status']}, {run['created_at']}): "
+            f"{run['model']} on {run['gpu']} tp={run['tp']} pp={run['pp']} {run['dtype']} at {run['endpoint']}"
+        )
+        cal = run["calibration"] or {}
+        if cal:
+            eff = ", ".join(f"{k}={v}" for k, v in (cal.get("efficiency") or {}).items())
+            console.print(f"fitted {', '.join(cal.get('fitted') or []) or '-'}: {eff or '-'}")
+            console.print(
+                f"median |error| {_fmt(cal.get('median_abs_error_pct_before'))}% -> "
+                f"{_fmt(cal.get('median_abs_error_pct_after'))}%; calibration file {run['calibration_path'] or '-'}"
+            )
+        table = Table(show_header=True)
+        cols = (
+            ("#", "index"),
+            ("conc", "concurrency"),
+            ("rate", "rate_rps"),
+            ("in tok", "input_tokens"),
+            ("out tok", "output_tokens"),
+            ("ok", "completed"),
+            ("fail", "failed"),
+            ("TTFT ms", "ttft_ms_mean"),
+            ("TTFT p95", "ttft_ms_p95"),
+            ("TPOT ms", "tpot_ms_mean"),
+            ("req/s", "throughput_rps"),
+            ("tok/s", "output_tokens_per_s"),
+        )
+        for head, _ in cols:
+            table.add_column(head, justify="right")
+        for p in points:
+            table.add_row(*(_fmt(p[key]) for _, key in cols))
+        console.print(table)
 
     @profile.command("quality")
     def quality_cmd(

@@ -1,8 +1,9 @@
-"""SQLAlchemy 2.0 models of experiment tracking: experiments, trials, Pareto fronts, plans.
+"""SQLAlchemy 2.0 models of experiment tracking: experiments, trials, Pareto fronts, plans, profiling runs.
 
 JSON columns hold what varies by strategy and evaluator (parameters, metrics, plan documents); the fixed
 columns are what queries filter and order on. ``(experiment_id, index)`` is unique: a trial can never be
-recorded twice, which is what makes resuming safe.
+recorded twice, which is what makes resuming safe. ``profile_runs``/``profile_points`` hold what ``boute
+profile perf`` measured (one row per load point; a metric that could not be measured is NULL, never NaN).
 """
 
 from __future__ import annotations
@@ -83,3 +84,59 @@ class PlanRow(Base):
     confirmed: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ProfileRun(Base):
+    """One profiling run (``kind`` "perf": a load sweep of one endpoint and the factors fitted to it)."""
+
+    __tablename__ = "profile_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20), default="perf")
+    endpoint: Mapped[str] = mapped_column(String(1000))
+    model: Mapped[str] = mapped_column(String(200))
+    gpu: Mapped[str] = mapped_column(String(100), index=True)
+    tp: Mapped[int] = mapped_column(Integer, default=1)
+    pp: Mapped[int] = mapped_column(Integer, default=1)
+    dtype: Mapped[str] = mapped_column(String(20), default="bf16")
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    calibration: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    calibration_path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    status: Mapped[str] = mapped_column(String(20), default="complete")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+    points: Mapped[list[ProfilePoint]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", order_by="ProfilePoint.index"
+    )
+
+
+class ProfilePoint(Base):
+    """One measured load point: request shape and load, then the aggregates of ``loadgen.PointResult``."""
+
+    __tablename__ = "profile_points"
+    __table_args__ = (UniqueConstraint("run_id", "index", name="uq_profile_points_run_index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("profile_runs.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    rate_rps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    input_len: Mapped[int] = mapped_column(Integer)  # requested prompt tokens
+    output_len: Mapped[int] = mapped_column(Integer)  # requested output tokens
+    requests: Mapped[int] = mapped_column(Integer)
+    completed: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    input_tokens: Mapped[float | None] = mapped_column(Float, nullable=True)  # measured mean
+    output_tokens: Mapped[float | None] = mapped_column(Float, nullable=True)  # measured mean
+    ttft_ms_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_ms_p50: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_ms_p95: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tpot_ms_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    tpot_ms_p50: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_ms_mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput_rps: Mapped[float | None] = mapped_column(Float, nullable=True)
+    output_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    wall_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    errors: Mapped[list[str]] = mapped_column(JSON, default=list)
+
+    run: Mapped[ProfileRun] = relationship(back_populates="points")

@@ -6,6 +6,7 @@ ship in the package and run on open, so a database created by an older BOute is 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -17,9 +18,33 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from boute.errors import BouteError
-from boute.tracking.models import Experiment, ParetoFront, PlanRow, TrialRow
+from boute.tracking.models import Experiment, ParetoFront, PlanRow, ProfilePoint, ProfileRun, TrialRow
 
 DEFAULT_URL = "sqlite:///boute.db"
+
+_POINT_COLUMNS = tuple(c.key for c in ProfilePoint.__table__.columns if c.key not in ("id", "run_id"))
+_RUN_COLUMNS = tuple(c.key for c in ProfileRun.__table__.columns if c.key != "id")
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN/infinity (also inside dicts, lists, tuples) replaced by ``None``.
+
+    PostgreSQL's JSON refuses NaN, a float column would keep it and JSON readers choke on it: an unmeasured
+    figure is stored as NULL.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # numpy scalars (np.float64 is a float)
+        return finite(value.item())
+    return value
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat(timespec="seconds") if ts else None
 
 
 def normalise_url(url: str | None) -> str:
@@ -185,6 +210,74 @@ class Store:
     def plans(self, experiment_id: int) -> list[PlanRow]:
         with self.tx() as s:
             return list(s.scalars(select(PlanRow).where(PlanRow.experiment_id == experiment_id).order_by(PlanRow.id)))
+
+    # ---- profiling runs -------------------------------------------------------------------------
+    def add_profile_run(self, run: dict[str, Any], points: list[dict[str, Any]]) -> int:
+        """Record a profiling run and all its load points in one transaction; returns the run id.
+
+        ``run`` holds ``ProfileRun`` columns, each point ``ProfilePoint`` columns (``index`` defaults to the
+        position in ``points``). Non-finite numbers become NULL. On any error nothing is written.
+        """
+        unknown = sorted(set(run) - set(_RUN_COLUMNS))
+        if unknown:
+            raise ValueError(f"profile run: unknown fields {unknown}")
+        with self.tx() as s:
+            row = ProfileRun(**{k: finite(v) for k, v in run.items()})
+            for i, p in enumerate(points):
+                bad = sorted(set(p) - set(_POINT_COLUMNS))
+                if bad:
+                    raise ValueError(f"profile point {i}: unknown fields {bad}")
+                row.points.append(ProfilePoint(**{"index": i, **{k: finite(v) for k, v in p.items()}}))
+            s.add(row)
+            s.flush()
+            return row.id
+
+    @staticmethod
+    def _run_dict(r: ProfileRun, n_points: int) -> dict[str, Any]:
+        return {
+            "id": r.id,
+            "kind": r.kind,
+            "endpoint": r.endpoint,
+            "model": r.model,
+            "gpu": r.gpu,
+            "tp": r.tp,
+            "pp": r.pp,
+            "dtype": r.dtype,
+            "status": r.status,
+            "points": n_points,
+            "settings": r.settings,
+            "calibration": r.calibration,
+            "calibration_path": r.calibration_path,
+            "created_at": _iso(r.created_at),
+        }
+
+    def profile_runs(self, gpu: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded profiling run (of GPU type ``gpu`` only, when given), oldest first."""
+        from sqlalchemy import func
+
+        with self.tx() as s:
+            counts = dict(s.execute(select(ProfilePoint.run_id, func.count()).group_by(ProfilePoint.run_id)).all())
+            q = select(ProfileRun).order_by(ProfileRun.id)
+            if gpu is not None:
+                q = q.where(ProfileRun.gpu == gpu)
+            return [self._run_dict(r, counts.get(r.id, 0)) for r in s.scalars(q)]
+
+    def profile_run(self, run_id: int) -> dict[str, Any] | None:
+        """One run (as in :meth:`profile_runs`), or ``None`` when no run has that id."""
+        from sqlalchemy import func
+
+        with self.tx() as s:
+            r = s.get(ProfileRun, run_id)
+            if r is None:
+                return None
+            n = s.scalar(select(func.count()).select_from(ProfilePoint).where(ProfilePoint.run_id == run_id))
+            return self._run_dict(r, int(n or 0))
+
+    def profile_points(self, run_id: int) -> list[dict[str, Any]]:
+        """The load points of run ``run_id`` in sweep order (empty when there is no such run)."""
+        with self.tx() as s:
+            rows = s.scalars(select(ProfilePoint).where(ProfilePoint.run_id == run_id).order_by(ProfilePoint.index))
+            return [{k: getattr(p, k) for k in _POINT_COLUMNS} for p in rows]
 
     def close(self) -> None:
         self.engine.dispose()
