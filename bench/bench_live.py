@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,11 @@ def _compare(trials: list, fast: Any) -> dict[str, Any]:  # noqa: ANN401 - FastE
     }
 
 
-def _cli_run(evals: int) -> dict[str, Any]:
-    """``boute optimize --evaluator live`` as a subprocess; its trials come back from the DB it wrote."""
+def _cli_run(evals: int, *options: str) -> dict[str, Any]:
+    """``boute optimize OPTIONS`` on small-live as a subprocess; its trials come back from the DB it wrote.
+
+    The live trials (searched or confirming) are compared with the fast evaluator on the same plans.
+    """
     from boute.optimize.evaluators import FastEvaluator
     from boute.optimize.session import trial_from_row
     from boute.specs import load_scenario
@@ -82,7 +86,7 @@ def _cli_run(evals: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = f"sqlite:///{tmp}/live.db"
-        argv = [sys.executable, "-m", "boute", "optimize", "-s", "builtin:small-live", "--evaluator", "live"]
+        argv = [sys.executable, "-m", "boute", "optimize", "-s", "builtin:small-live", *options]
         argv += ["--max-evals", str(evals), "--db", db, "--out", f"{tmp}/plan.json", "--quiet", "--seed", "0"]
         t0 = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
@@ -96,15 +100,16 @@ def _cli_run(evals: int) -> dict[str, Any]:
         finally:
             store.close()
         plan = json.loads(Path(f"{tmp}/plan.json").read_text())
+    live = [t for t in trials if t.result is not None and t.result.evaluator == "live"]
     return {
-        "command": "boute optimize -s builtin:small-live --evaluator live --max-evals "
-        f"{evals} --strategy mobo (default) --seed 0",
-        "evaluations": len(trials),
-        "evaluators_recorded": sorted({t.result.evaluator for t in trials if t.result}),
+        "command": f"boute optimize -s builtin:small-live {' '.join(options)} --max-evals {evals} --seed 0",
+        "trials": len(trials),
+        "trials_by_evaluator_and_status": dict(
+            Counter(f"{t.result.evaluator if t.result else '-'}/{t.status}" for t in trials)
+        ),
         "wall_s": wall,
-        "wall_s_per_evaluation": wall / max(1, len(trials)),
-        "chosen_plan_prediction": plan.get("prediction"),
-        **_compare(trials, FastEvaluator(load_scenario("builtin:small-live"))),
+        "chosen_plan_predicted": plan.get("predicted"),
+        **_compare(live, FastEvaluator(load_scenario("builtin:small-live"))),
     }
 
 
@@ -134,5 +139,6 @@ def run(quick: bool) -> dict:
         "wall_s": wall,
         "wall_s_per_evaluation": wall / max(1, len(trials)),
         **_compare(trials, fast),
-        "cli": _cli_run(6 if quick else 12),
+        "cli_live_search": _cli_run(6 if quick else 12, "--evaluator", "live"),
+        "cli_fast_search_live_confirm": _cli_run(20 if quick else 40, "--confirm-with", "live"),
     }

@@ -33,3 +33,70 @@ def test_live_evaluation_of_one_candidate(redis_url: str) -> None:
     from backends.deploy.registry import Registry
 
     assert Registry(redis_url, prefix).entries() == []  # torn down
+
+
+def test_optimize_cli_with_the_live_evaluator_leaves_nothing_running(redis_url: str, tmp_path, capsys) -> None:
+    """`boute optimize --evaluator live`: trials are recorded as live, a plan is written, and the gateway and
+    replica processes it started are gone when the command returns (they were once left running)."""
+    import json
+
+    import psutil
+    import pytest
+    import redis
+
+    from boute.cli.main import main as cli_main
+    from boute.tracking import open_store
+
+    r = redis.Redis.from_url(redis_url)
+    keys_before = set(r.scan_iter("boute-live-*"))
+    db, out = f"sqlite:///{tmp_path / 't.db'}", tmp_path / "plan.json"
+    argv = ["optimize", "-s", "builtin:small-live", "--evaluator", "live", "--max-evals", "2", "--quiet"]
+    argv += ["--no-confirm", "--redis", redis_url, "--db", db, "--out", str(out), "--p95-cap", "1000"]
+    argv += ["--quality-floor", "0"]
+    with pytest.raises(SystemExit) as ex:
+        cli_main(argv)
+    assert ex.value.code in (0, None), capsys.readouterr().err
+    assert json.loads(out.read_text())["deployment"]
+    store = open_store(db)
+    try:
+        exp = store.experiments()[0]
+        rows = store.trial_rows(exp["id"])
+    finally:
+        store.close()
+    assert exp["evaluator"] == "live" and len(rows) == 2 and {t.evaluator for t in rows} == {"live"}
+    leftovers = [
+        " ".join(p.cmdline())
+        for p in psutil.Process().children(recursive=True)
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    ]
+    assert leftovers == []
+    assert set(r.scan_iter("boute-live-*")) <= keys_before
+
+
+def test_optimize_screens_with_fast_and_confirms_with_live(redis_url: str, tmp_path, capsys) -> None:
+    """A run that mixes evaluators: the search uses `fast`, the front is confirmed by live deployments; the
+    experiment's trials say which evaluator measured what and the plan carries the live figures."""
+    import json
+
+    import pytest
+
+    from boute.cli.main import main as cli_main
+    from boute.tracking import open_store
+
+    db, out = f"sqlite:///{tmp_path / 't.db'}", tmp_path / "plan.json"
+    argv = ["optimize", "-s", "builtin:small-live", "--max-evals", "12", "--quiet", "--confirm-with", "live"]
+    argv += ["--redis", redis_url, "--db", db, "--out", str(out), "--experiment", "mixed"]
+    with pytest.raises(SystemExit) as ex:
+        cli_main(argv)
+    assert ex.value.code in (0, None), capsys.readouterr().err
+    assert "confirmations" in capsys.readouterr().out
+    store = open_store(db)
+    try:
+        rows = store.trial_rows(store.experiment("mixed").id)
+    finally:
+        store.close()
+    searched, confirmed = rows[:12], rows[12:]
+    assert {r.evaluator for r in searched} == {"fast"} and all(r.status == "complete" for r in searched)
+    assert 1 <= len(confirmed) <= 4 and {(r.status, r.evaluator) for r in confirmed} == {("confirmed", "live")}
+    assert all(r.metrics["extra"]["failed"] == 0 for r in confirmed)
+    assert json.loads(out.read_text())["predicted"]["evaluator"] == "live"

@@ -185,12 +185,22 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
 
     load_plan(tmp_path / "plan.json")
     listed = _run(["experiments", "list", "--db", db, "--json"], capsys)
-    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["trials"] == 36
+    n = json.loads(listed.stdout)[0]["trials"]
+    assert listed.returncode == 0 and 36 < n <= 40  # 36 searched (fast) + the simulator's confirmations
+    from boute.tracking import open_store
+
+    store = open_store(db)
+    try:
+        rows = store.trial_rows(store.experiment("demo").id)
+    finally:
+        store.close()
+    assert {(r.status, r.evaluator) for r in rows[36:]} == {("confirmed", "sim")}
+    assert {r.evaluator for r in rows[:36]} == {"fast"} and [r.index for r in rows] == list(range(n))
     shown = json.loads(_run(["experiments", "show", "demo", "--db", db], capsys).stdout)
     assert shown["status"] == "complete" and shown["front"]["points"] and shown["plan"]["predicted"]
     csv = tmp_path / "t.csv"
     assert _run(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
-    assert len(csv.read_text().strip().splitlines()) == 37
+    assert len(csv.read_text().strip().splitlines()) == n + 1
     missing = _run(["experiments", "show", "nope", "--db", db], capsys)
     assert missing.returncode == 2 and "no experiment named" in missing.stderr
 

@@ -177,3 +177,15 @@ def test_embedder_cache(tmp_path: Path) -> None:
     np.testing.assert_array_equal(a, b)
     assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 1
     assert float(a[0] @ a[1]) < 0.5  # different topics, different vectors
+
+
+def test_embedding_leaves_autograd_on(tmp_path: Path) -> None:
+    """Running the embedding model must not switch gradients off process-wide: BoTorch's acquisition
+    optimiser in the same process needs them (a cold embedding cache once broke every MOBO run after it)."""
+    import torch
+
+    Embedder(tmp_path).embed(["Is autograd still on?"], cache=False)
+    assert torch.is_grad_enabled()
+    x = torch.ones(2, requires_grad=True)
+    (x * x).sum().backward()
+    assert x.grad is not None

@@ -32,9 +32,18 @@ def register(app: typer.Typer) -> None:
         patience: int = typer.Option(
             20, "--patience", min=0, help="stop when the chosen plan is unchanged this long (0: never)"
         ),
-        confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="confirm the front with the event simulator"),
+        confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="re-evaluate the best front points"),
+        confirm_with: str = typer.Option(
+            "sim", "--confirm-with", help="sim (event simulator) | live (deploy emulated replicas and measure)"
+        ),
         plot: Path | None = typer.Option(None, "--plot", help="write a Pareto plot (PNG)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        redis: str = typer.Option(
+            "redis://127.0.0.1:6379/0",
+            "--redis",
+            envvar="BOUTE_REDIS_URL",
+            help="Redis for the live evaluator's replica registry (--evaluator live only)",
+        ),
     ) -> None:
         """Find the lowest-P95 plan meeting the quality floor and the P95 cap within the budget."""
         import warnings
@@ -55,6 +64,8 @@ def register(app: typer.Typer) -> None:
             raise BouteError(f"--strategy: unknown strategy '{strategy}' (known: mobo, random, nsga2)")
         if evaluator not in ("fast", "sim", "live"):
             raise BouteError(f"--evaluator: unknown evaluator '{evaluator}' (known: fast, sim, live)")
+        if confirm_with not in ("sim", "live"):
+            raise BouteError(f"--confirm-with: unknown evaluator '{confirm_with}' (known: sim, live)")
         if mode not in ("preroute", "cascade"):
             raise BouteError(f"--mode: unknown routing mode '{mode}' (known: preroute, cascade)")
         if quality_floor is not None and not 0 <= quality_floor <= 1:
@@ -64,10 +75,12 @@ def register(app: typer.Typer) -> None:
                 raise BouteError(f"{opt}: must be > 0, got {v}")
         t0 = time.perf_counter()
         sc = session.with_targets(load_scenario(scenario), budget, quality_floor, p95_cap)
-        ev = make_evaluator(evaluator, sc, mode, seed)
         store = open_store(db)
         progress = _Progress(max_evals, quiet)
+        ev = None
         try:
+            # the live evaluator owns a gateway and replica processes: closed on every exit, Ctrl-C included
+            ev = make_evaluator(evaluator, sc, mode, seed, redis_url=redis)
             with progress:
                 res = session.optimize(
                     sc,
@@ -81,6 +94,7 @@ def register(app: typer.Typer) -> None:
                     experiment=experiment,
                     on_trial=progress.update,
                 )
+            _close(ev)  # replicas of a live search are not needed to confirm or write the plan
             if res.resumed_trials:
                 typer.echo(
                     f"resumed experiment '{res.experiment_name}' from {res.resumed_trials} stored trials", err=True
@@ -91,11 +105,12 @@ def register(app: typer.Typer) -> None:
                 plot_front(res, plot)
             if res.chosen is None:
                 raise InfeasibleError(res.infeasible_message())
-            if confirm and evaluator != "sim":
-                from boute.optimize.evaluators import SimEvaluator
-
-                session.confirm(res, SimEvaluator(sc, mode, quality=getattr(ev, "quality", None), seed=seed))
-            elif evaluator == "sim" and res.chosen.result is not None:
+            if confirm and evaluator != confirm_with:
+                checker = _confirming(confirm_with, sc, mode, seed, redis, quality=getattr(ev, "quality", None))
+                ev = checker  # closed by the finally below, whatever happens while confirming
+                session.confirm(res, checker, store=store)
+                _close(checker)
+            elif confirm and res.chosen.result is not None:  # the search's own evaluator is the confirming one
                 res.confirmed[res.chosen.index] = res.chosen.result
             plan = session.build_plan(sc, res, mode)
             save_plan(plan, out)
@@ -108,8 +123,27 @@ def register(app: typer.Typer) -> None:
                 str(out),
             )
         finally:
+            _close(ev)
             store.close()
         _summary(res, plan, time.perf_counter() - t0)
+
+
+def _confirming(name: str, sc, mode: str, seed: int, redis: str, quality):  # noqa: ANN001, ANN202
+    """The evaluator that re-checks the front: the event simulator, or live (emulated) deployments."""
+    if name == "live":
+        from boute.optimize.live import LiveEvaluator
+
+        return LiveEvaluator(sc, mode, seed=seed, redis_url=redis)
+    from boute.optimize.evaluators import SimEvaluator
+
+    return SimEvaluator(sc, mode, quality=quality, seed=seed)
+
+
+def _close(evaluator: object) -> None:
+    """Tear down what an evaluator runs (the live one's gateway and replicas); idempotent."""
+    close = getattr(evaluator, "close", None)
+    if close is not None:
+        close()
 
 
 class _Progress:
@@ -161,7 +195,9 @@ class _Progress:
 def _summary(out, plan, wall_s: float) -> None:  # noqa: ANN001
     p = plan.predicted
     typer.echo(
-        f"plan written: {len(out.trials)} evaluations ({out.resumed_trials} resumed), {wall_s:.1f} s; "
+        f"plan written: {len(out.trials)} evaluations ({out.resumed_trials} resumed)"
+        + (f" + {len(out.confirmations)} confirmations" if out.confirmations else "")
+        + f", {wall_s:.1f} s; "
         f"experiment '{out.experiment_name}'"
     )
     if out.final is not None and out.final.result is not None:

@@ -199,7 +199,10 @@ class SimEvaluator:
         )
 
 
-def make_evaluator(name: str, scenario: Scenario, mode: str = "preroute", seed: int = 0) -> Evaluator:
+def make_evaluator(
+    name: str, scenario: Scenario, mode: str = "preroute", seed: int = 0, *, redis_url: str | None = None
+) -> Evaluator:
+    """The evaluator called ``name``; ``redis_url`` is the live evaluator's replica registry (others ignore it)."""
     if name == "fast":
         return FastEvaluator(scenario, mode)
     if name == "sim":
@@ -207,7 +210,7 @@ def make_evaluator(name: str, scenario: Scenario, mode: str = "preroute", seed: 
     if name == "live":  # measured on emulated/real backends (the deployment side's evaluator)
         from boute.optimize.live import LiveEvaluator
 
-        return LiveEvaluator(scenario, mode, seed=seed)
+        return LiveEvaluator(scenario, mode, seed=seed, **({"redis_url": redis_url} if redis_url else {}))
     from boute.errors import BouteError
 
     raise BouteError(f"--evaluator: unknown evaluator '{name}' (known: fast, sim, live)")

@@ -87,7 +87,8 @@ class Outcome:
     resumed_trials: int = 0
     experiment_id: int | None = None
     experiment_name: str | None = None
-    confirmed: dict[int, EvalResult] = field(default_factory=dict)  # trial index -> sim result
+    confirmed: dict[int, EvalResult] = field(default_factory=dict)  # trial index -> confirming result
+    confirmations: list[Trial] = field(default_factory=list)  # the confirming evaluations, as trials
     final: Trial | None = None  # the plan written (chosen, or the first front point the simulator confirms)
 
     def infeasible_message(self) -> str:
@@ -193,20 +194,41 @@ def front_point(t: Trial) -> dict[str, Any]:
     }
 
 
-def confirm(out: Outcome, sim: Evaluator, max_points: int = 4) -> None:
-    """Re-evaluate the chosen plan and the best feasible front points with the event simulator.
+def confirm(
+    out: Outcome,
+    evaluator: Evaluator,
+    max_points: int = 4,
+    store: Any = None,  # noqa: ANN401 - boute.tracking.Store
+) -> None:
+    """Re-evaluate the chosen plan and the best feasible front points with a costlier evaluator.
 
-    The final plan is the lowest-P95 plan the simulator confirms as meeting the targets; if it confirms
-    none, the chosen plan stays (its simulated figures are still the ones reported).
+    ``evaluator`` is the event simulator by default, or the live one (deploy and measure): a run may screen
+    with ``fast`` and confirm with ``live``. The final plan is the lowest-P95 plan the confirmation finds
+    meeting the targets; if it confirms none, the chosen plan stays (with its confirmed figures reported).
+    With a store, each confirmation is also a trial of the experiment (status ``confirmed``, its own
+    evaluator's name), so the experiment shows which evaluator measured what; strategies never learn from
+    them (they are not ``complete``), and a confirmation that fails is recorded as such and skipped.
     """
     tg = targets_of(out.space)
     pool = [t for t in out.front if t.result and t.result.quality >= tg.quality_floor - 1e-12]
     pool.sort(key=lambda t: t.result.p95_latency_s)  # type: ignore[union-attr]
     if out.chosen is not None and out.chosen not in pool:
         pool.insert(0, out.chosen)
+    checked: list[Trial] = []
     for t in pool[:max_points]:
-        out.confirmed[t.index] = sim(t.candidate)
-    ok = [t for t in pool[:max_points] if out.confirmed[t.index].feasible]
+        index = len(out.trials) + len(out.confirmations)
+        try:
+            res = evaluator(t.candidate)
+        except Exception as exc:  # noqa: BLE001 - a plan the confirming evaluator cannot run is not confirmed
+            row = Trial(index, t.x, t.z, t.candidate, None, status="failed", error=f"confirm: {exc}")
+        else:
+            out.confirmed[t.index] = res
+            checked.append(t)
+            row = Trial(index, t.x, t.z, t.candidate, res, status="confirmed")
+        out.confirmations.append(row)
+        if store is not None and out.experiment_id is not None:
+            store.add_trial(out.experiment_id, trial_row(row))
+    ok = [t for t in checked if out.confirmed[t.index].feasible]
     if ok:
         out.final = min(ok, key=lambda t: out.confirmed[t.index].p95_latency_s)
 

