@@ -47,7 +47,7 @@ def _plans(tmp: Path, evals: int) -> tuple[Path, Path, dict[str, Any]]:
         how = "seed 1"
         if code != 0:
             raise RuntimeError(f"optimize B failed: {err[-500:]}")
-    return a, b, {"plan_a_cost_per_hour": cost_a, "plan_b": how}
+    return a, b, {"plan_a_cost_per_hour": cost_a, "plan_b_from": how}
 
 
 def _groups(plan: Path) -> list[str]:

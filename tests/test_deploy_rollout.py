@@ -59,11 +59,15 @@ def fleets(draw):  # noqa: ANN001, ANN201
     return cur, new
 
 
-@settings(max_examples=200, deadline=None)
-@given(fleets())
-def test_never_leaves_a_serving_tier_empty(fleet) -> None:  # noqa: ANN001
+@settings(max_examples=300, deadline=None)
+@given(fleets(), st.one_of(st.none(), st.integers(0, 3)))
+def test_never_leaves_a_serving_tier_empty(fleet, slack) -> None:  # noqa: ANN001
+    """With unlimited GPUs, or with only ``slack`` spare GPUs per type beyond what the old fleet uses."""
     cur, new = fleet
-    steps = plan_rollout(cur, new)
+    capacity = None
+    if slack is not None:
+        capacity = {g: sum(k.gpus for k in cur if k.gpu == g) + slack for g in {k.gpu for k in cur + new}}
+    steps = plan_rollout(cur, new, capacity)
     trace = registered_trace(cur, steps)
     published = steps.index(Step("publish_plan"))
     for i, counts in enumerate(trace):
@@ -102,3 +106,39 @@ def test_executor_stops_at_first_failure() -> None:
     else:  # pragma: no cover
         raise AssertionError("expected RolloutError")
     assert done == ["start"] and failed == ["ready a.m.t4.tp1pp1.bf16.0"]
+
+
+def _gpu_peak(cur: list[ReplicaKey], steps: list[Step]) -> dict[str, int]:
+    """Most GPUs of each type held at once while the steps run (start takes them, stop gives them back)."""
+    used: dict[str, int] = {}
+    for k in cur:
+        used[k.gpu] = used.get(k.gpu, 0) + k.gpus
+    peak = dict(used)
+    for s in steps:
+        if s.replica is None or s.action not in ("start", "stop"):
+            continue
+        used[s.replica.gpu] = used.get(s.replica.gpu, 0) + (s.replica.gpus if s.action == "start" else -s.replica.gpus)
+        peak[s.replica.gpu] = max(peak.get(s.replica.gpu, 0), used[s.replica.gpu])
+    return peak
+
+
+def test_a_fully_used_gpu_type_is_updated_break_before_make() -> None:
+    """All 8 H100s hold the old large replicas; the new plan splits them into TP2 replicas and adds an
+    RTX PRO 6000 one. Make-before-break cannot start a TP2 replica (no free H100), so once the new RTX
+    replica serves the tier, one old H100 replica goes first -- and the tier is never empty."""
+    big = [ReplicaKey("large", "70b", "h100-sxm", tp=4, index=i) for i in range(2)]
+    small = [ReplicaKey("small", "8b", "rtx-4090")]
+    new = [ReplicaKey("large", "70b", "h100-sxm", tp=2, index=i) for i in range(2)]
+    new += [ReplicaKey("large", "70b", "rtx-pro-6000", tp=4)] + small
+    capacity = {"h100-sxm": 8, "rtx-pro-6000": 4, "rtx-4090": 1}
+    steps = plan_rollout(big + small, new, capacity)
+    assert _gpu_peak(big + small, steps) == capacity
+    assert all(c.get("large", 0) >= 1 for c in registered_trace(big + small, steps))
+    text = [str(s) for s in steps]
+    assert (
+        text.index("register large.70b.rtx-pro-6000.tp4pp1.bf16.0")
+        < text.index("deregister large.70b.h100-sxm.tp4pp1.bf16.0")
+        < text.index("start large.70b.h100-sxm.tp2pp1.bf16.0")
+    )
+    # unlimited capacity: the same update is make-before-break throughout and needs 4 more H100s
+    assert _gpu_peak(big + small, plan_rollout(big + small, new))["h100-sxm"] > 8

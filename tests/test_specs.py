@@ -129,3 +129,23 @@ def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert f"{bad}: cluster.budget_per_hour:" in lines[0]
+
+
+def test_plans_name_a_scenario_that_loads_again(tmp_path) -> None:  # noqa: ANN001
+    """A plan records where its scenario came from, so `boute serve`/`deploy` of it find the scenario
+    (plans once recorded the bare name, which deploy could not open)."""
+    import numpy as np
+
+    from boute.optimize.evaluators import candidate_plan
+    from boute.optimize.space import Space
+    from boute.specs import load_scenario
+
+    builtin = load_scenario("builtin:small-live")
+    cand = Space.build(builtin).decode(np.full(Space.build(builtin).dim, 0.5))
+    assert candidate_plan(builtin, cand).scenario == "builtin:small-live"
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(builtin.source.read_text())
+    mine = load_scenario(copy)
+    ref = candidate_plan(mine, cand).scenario
+    assert ref == str(copy.resolve()) and load_scenario(ref).name == "small-live"
+    assert load_scenario("small-live").reference == "builtin:small-live"  # older plans' bare names

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,12 @@ class Controller:
         drain_timeout_s: float = 30.0,
         propagation_s: float = 0.3,
         stop_grace_s: float = 10.0,
+        capacity: Mapping[str, int] | None = None,
     ) -> None:
+        """``capacity``: GPUs of each type the target offers (the cluster inventory); rolling updates then
+        order their steps to fit it (``backends.deploy.rollout``). ``None``: assume room for every step."""
         self.target, self.registry, self.opts, self.state_dir = target, registry, opts, state_dir
+        self.capacity = dict(capacity) if capacity is not None else None
         self.ready_timeout_s, self.drain_timeout_s = ready_timeout_s, drain_timeout_s
         self.propagation_s, self.stop_grace_s = propagation_s, stop_grace_s
         self.replicas: dict[str, Entry] = {}
@@ -65,7 +70,7 @@ class Controller:
     def apply(self, plan: Plan) -> list[Step]:
         """Move the fleet to ``plan``; raises RolloutError (fleet left serving on what it had) on failure."""
         current = [e.key for e in self.replicas.values()]
-        steps = plan_rollout(current, desired_replicas(plan))
+        steps = plan_rollout(current, desired_replicas(plan), self.capacity)
         self.status, self.error = "updating", None
         self.save()
         ops = {

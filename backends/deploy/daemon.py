@@ -55,8 +55,15 @@ def run(directory: Path) -> int:
     )
     logs = directory / "logs"
     registry = Registry(cfg["redis_url"], cfg.get("prefix", "boute"))
+    # the scenario's inventory bounds what a rolling update may hold at once (make vs break before make)
+    inventory = {g: int(n) for g, n in (cfg.get("inventory") or {}).items()} or None
     ctl = Controller(
-        make_target(cfg, opts, logs), registry, opts, directory, ready_timeout_s=float(cfg.get("ready_timeout_s", 300))
+        make_target(cfg, opts, logs),
+        registry,
+        opts,
+        directory,
+        ready_timeout_s=float(cfg.get("ready_timeout_s", 300)),
+        capacity=inventory,
     )
     ctl.extra = {"pid": os.getpid(), "dir": str(directory)}
     reload, stop = threading.Event(), threading.Event()

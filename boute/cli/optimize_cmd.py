@@ -11,6 +11,10 @@ from pathlib import Path
 
 import typer
 
+#: evaluators from cheapest to most faithful: confirming only ever moves up (a live search is not
+#: "confirmed" by the simulator)
+FIDELITY = {"fast": 0, "sim": 1, "live": 2}
+
 
 def register(app: typer.Typer) -> None:
     @app.command("optimize")
@@ -105,12 +109,12 @@ def register(app: typer.Typer) -> None:
                 plot_front(res, plot)
             if res.chosen is None:
                 raise InfeasibleError(res.infeasible_message())
-            if confirm and evaluator != confirm_with:
+            if confirm and FIDELITY[confirm_with] > FIDELITY[evaluator]:
                 checker = _confirming(confirm_with, sc, mode, seed, redis, quality=getattr(ev, "quality", None))
                 ev = checker  # closed by the finally below, whatever happens while confirming
                 session.confirm(res, checker, store=store)
                 _close(checker)
-            elif confirm and res.chosen.result is not None:  # the search's own evaluator is the confirming one
+            elif confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
                 res.confirmed[res.chosen.index] = res.chosen.result
             plan = session.build_plan(sc, res, mode)
             save_plan(plan, out)

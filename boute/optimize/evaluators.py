@@ -80,7 +80,7 @@ def candidate_plan(scenario: Scenario, cand: Candidate, mode: str = "preroute", 
         thresholds=None if thresholds is None else [float(v) for v in thresholds],
         router=scenario.quality.router,
     )
-    return Plan(scenario=scenario.name, routing=routing, deployment=list(cand.deployment))
+    return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
 
 
 class _QualitySide:

@@ -26,6 +26,9 @@ from boute.specs import Scenario
 
 #: failed requests above this share mean the plan cannot carry the load
 MAX_FAILED_SHARE = 0.01
+#: a live quality is the mean score of one or two hundred answers (standard error ~0.03-0.04): it meets
+#: the floor when the floor is within this many standard errors of it, not only when the sample mean is
+QUALITY_SE_TOLERANCE = 2.0
 
 
 class LiveEvaluator:
@@ -149,7 +152,8 @@ class LiveEvaluator:
             p95_latency_s=float(min(p95, OVERLOAD_P95_S)),
             throughput_rps=m["ok"] / max(1e-9, res.wall_s * self.speedup),
             cost_per_hour=cost,
-            feasible=failed <= MAX_FAILED_SHARE and meets(self.scenario, m["quality"], p95, cost),
+            feasible=failed <= MAX_FAILED_SHARE
+            and meets(self.scenario, m["quality"] + QUALITY_SE_TOLERANCE * m["quality_stderr"], p95, cost),
             wall_s=time.perf_counter() - t0,
             evaluator=self.name,
             p50_latency_s=m["p50"],
@@ -158,6 +162,7 @@ class LiveEvaluator:
                 "requests": len(self.prompts),
                 "failed": int(round(failed * len(self.prompts))),
                 "tier_shares": m["tier_shares"],
+                "quality_stderr": m["quality_stderr"],
                 "answers_match_profile": m["match"],
                 "speedup": self.speedup,
                 "deploy_s": deploy_s,
@@ -215,6 +220,7 @@ def score(res: Any, prompt_index: np.ndarray, profile: Any, columns: dict[str, i
         "p50": float(np.percentile(lat, 50)) if n_ok else None,
         "mean": float(lat.mean()) if n_ok else None,
         "quality": float(np.mean(scores)) if scores else 0.0,
+        "quality_stderr": float(np.std(scores, ddof=1) / math.sqrt(len(scores))) if len(scores) > 1 else 0.0,
         "match": matched / max(1, counted),
         "tier_shares": {t: c / max(1, n_ok) for t, c in shares.items()},
     }

@@ -215,7 +215,7 @@ def confirm(
     if out.chosen is not None and out.chosen not in pool:
         pool.insert(0, out.chosen)
     checked: list[Trial] = []
-    for t in pool[:max_points]:
+    for t in _distinct(pool, max_points):
         index = len(out.trials) + len(out.confirmations)
         try:
             res = evaluator(t.candidate)
@@ -231,6 +231,29 @@ def confirm(
     ok = [t for t in checked if out.confirmed[t.index].feasible]
     if ok:
         out.final = min(ok, key=lambda t: out.confirmed[t.index].p95_latency_s)
+
+
+#: front points whose deployments match and whose routing fractions differ by less than this are one plan
+#: for confirmation purposes: confirming four near-copies of one plan tells nothing about the others
+SAME_PLAN_FRACTION_TOL = 0.02
+
+
+def _distinct(pool: list[Trial], k: int) -> list[Trial]:
+    """The first ``k`` trials of ``pool`` that are not near-copies of an earlier pick."""
+    picked: list[Trial] = []
+    for t in pool:
+        c = t.candidate
+        if any(
+            u.candidate.deployment == c.deployment
+            and max(abs(a - b) for a, b in zip(u.candidate.fractions, c.fractions, strict=True))
+            < SAME_PLAN_FRACTION_TOL
+            for u in picked
+        ):
+            continue
+        picked.append(t)
+        if len(picked) == k:
+            break
+    return picked
 
 
 def build_plan(scenario: Scenario, out: Outcome, mode: str) -> Plan:

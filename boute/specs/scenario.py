@@ -117,6 +117,7 @@ class Scenario(_Frozen):
 
     _catalog: Catalog = PrivateAttr()
     _source: Path | None = PrivateAttr(default=None)
+    _reference: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _resolve(self) -> Scenario:
@@ -147,6 +148,14 @@ class Scenario(_Frozen):
         """The file this scenario was loaded from; relative paths inside it resolve against its folder."""
         return self._source
 
+    @property
+    def reference(self) -> str:
+        """What :func:`load_scenario` takes to load this scenario again (``builtin:NAME`` or the file's path);
+        plans record it, so ``boute serve``/``boute deploy`` of a plan find its scenario."""
+        if self._reference is not None:
+            return self._reference
+        return str(self._source) if self._source is not None else self.name
+
     def price(self, gpu: str) -> float:
         """USD per GPU-hour: the cluster's override if any, else the catalog's."""
         return self.cluster.prices.get(gpu, self._catalog.gpu(gpu).price_per_hour)
@@ -166,11 +175,16 @@ class Scenario(_Frozen):
 
 
 def load_scenario(path: str | Path | None = None) -> Scenario:
-    """Load a scenario YAML file; ``None`` or ``builtin:NAME`` gives a packaged example."""
-    from boute.scenarios import builtin_scenario_path
+    """Load a scenario YAML file; ``None`` or ``builtin:NAME`` gives a packaged example.
 
-    if path is None or str(path).startswith("builtin:"):
-        name = "paper-gsm8k" if path is None else str(path).split(":", 1)[1]
+    A bare built-in name (``paper-gsm8k``) that is not a file here also loads the example: plans written
+    before they recorded ``builtin:NAME`` name their scenario that way.
+    """
+    from boute.scenarios import builtin_scenario_path, builtin_scenarios
+
+    bare = path is not None and not Path(path).exists() and str(path) in builtin_scenarios()
+    if path is None or str(path).startswith("builtin:") or bare:
+        name = "paper-gsm8k" if path is None else str(path).removeprefix("builtin:")
         p = builtin_scenario_path(name)
         shown: str | Path = f"builtin:{name}"
     else:
@@ -179,4 +193,5 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     data = read_mapping(p)
     scenario = validate(Scenario, data, shown)
     scenario._source = p.resolve()
+    scenario._reference = shown if isinstance(shown, str) else str(p.resolve())
     return scenario
