@@ -60,5 +60,5 @@ def test_calibrate_reports_only_held_out_points() -> None:
     model = llamacpp_catalog().model(MODEL)
     timings = time_model(model, device="cpu", n_layers=1, prefill=QUICK_PREFILL[:2], decode=QUICK_DECODE[:2])
     report = calibrate(to_points(timings, MODEL, GPU), llamacpp_catalog(), GPU)
-    held = [(r["metric"], r["batch"], r["tokens"]) for r in report["held_out_after"]]
+    held = [(r["metric"], r["batch"], r["input_len"]) for r in report["held_out_after"]]
     assert held == [("ttft_ms", 1, 64), ("tpot_ms", 2, 128)]

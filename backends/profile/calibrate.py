@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from backends.profile.loadgen import PointResult
-from boute.catalog import Catalog
+from boute.catalog import Catalog, Efficiency
 from boute.perf.calibration import FitResult, MeasuredPoint, fit_efficiency, predict_point
 from boute.specs.io import read_mapping, write_atomic
 
@@ -76,11 +76,13 @@ def fit_sweep(points: Sequence[MeasuredPoint], catalog: Catalog, gpu: str, prior
     return fit_efficiency(points, catalog, gpu, prior_weight=prior_weight)
 
 
-def compare(points: Sequence[MeasuredPoint], catalog: Catalog) -> list[dict[str, Any]]:
+def compare(
+    points: Sequence[MeasuredPoint], catalog: Catalog, efficiency: Efficiency | None = None
+) -> list[dict[str, Any]]:
     """Predicted vs measured for each point: ``error_pct`` = 100 * (predicted - measured) / measured."""
     rows = []
     for p in points:
-        pred = predict_point(p, catalog)
+        pred = predict_point(p, catalog, efficiency)
         rows.append(
             {
                 "metric": p.metric,

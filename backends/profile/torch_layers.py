@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from backends.profile.calibrate import compare
 from boute.catalog import Catalog, ModelSpec
-from boute.perf.calibration import MeasuredPoint, fit_efficiency, predict_point
+from boute.perf.calibration import MeasuredPoint, fit_efficiency
 
 #: (batch, prompt tokens) of the prefill passes and (batch, context tokens) of the decode steps
 PREFILL_GRID: tuple[tuple[int, int], ...] = ((1, 128), (1, 512), (1, 2048), (4, 512), (8, 1024), (16, 2048))
@@ -193,25 +194,7 @@ def calibrate(points: Sequence[MeasuredPoint], catalog: Catalog, gpu: str) -> di
     """Fit on every other point, report predicted-vs-measured errors on the rest, before and after."""
     fit_pts, held = list(points[::2]), list(points[1::2])
     result = fit_efficiency(fit_pts, catalog, gpu)
-    before_gpu = catalog.gpu(gpu).efficiency
-
-    def rows(eff: Any) -> list[dict[str, Any]]:  # noqa: ANN401 - Efficiency
-        out = []
-        for p in held:
-            pred = predict_point(p, catalog, eff)
-            out.append(
-                {
-                    "metric": p.metric,
-                    "batch": p.batch,
-                    "tokens": p.input_len,
-                    "measured_ms": round(p.value, 3),
-                    "predicted_ms": round(pred, 3),
-                    "error_pct": round(100.0 * (pred - p.value) / p.value, 2),
-                }
-            )
-        return out
-
-    before, after = rows(before_gpu), rows(result.efficiency)
+    before, after = compare(held, catalog), compare(held, catalog, result.efficiency)
     return {
         "fitted": list(result.fitted),
         "efficiency": result.efficiency.model_dump(exclude_none=True),
