@@ -131,3 +131,23 @@ def test_mobo_without_exact_quality_falls_back_to_the_gp_design(setup) -> None:
     assert x.shape == (sp.dim,) and is_valid(sp, sp.decode(x)) is None
     legacy = make_strategy("mobo", sp, 0, acq="legacy", **opts)
     assert type(legacy).__name__ == "LegacyMoboStrategy"
+
+
+def test_sampled_quality_meets_the_floor_within_two_standard_errors() -> None:
+    """A live result's quality is a sample mean: within two standard errors of the floor it counts as
+    meeting it (the same rule the live evaluator's own ``feasible`` and the confirmations use)."""
+    from boute.optimize.evaluators import EvalResult
+    from boute.optimize.result import Targets, Trial
+
+    sp = Space.build(load_scenario("builtin:small-live"))
+    cand = sp.decode(np.full(sp.dim, 0.5))
+    targets = Targets(quality_floor=0.69, p95_cap_s=20.0, budget=sp.budget)
+
+    def trial(quality: float, stderr: float | None) -> Trial:
+        extra = {} if stderr is None else {"quality_stderr": stderr}
+        res = EvalResult(quality, 3.0, 3.0, cand.cost_per_hour, False, 1.0, "live", extra=extra)
+        return Trial(0, (), (), cand, res)
+
+    assert choose([trial(0.67, 0.02)], targets)[0] is not None  # 0.67 + 2 x 0.02 >= 0.69
+    assert choose([trial(0.67, 0.005)], targets)[0] is None  # too far below for its sample size
+    assert choose([trial(0.67, None)], targets)[0] is None  # exact evaluators: no tolerance

@@ -58,6 +58,18 @@ class Evaluator(Protocol):
     def __call__(self, cand: Candidate) -> EvalResult: ...
 
 
+#: an evaluator that measures quality on a sample (the live one: one or two hundred answers, standard error
+#: ~0.03-0.04) reports that standard error; such a plan meets the floor when the floor is within this many
+#: standard errors of its measured mean, not only when the sample mean is above it
+QUALITY_SE_TOLERANCE = 2.0
+
+
+def quality_for_targets(r: EvalResult) -> float:
+    """The quality compared with the floor: the result's, plus the sampling tolerance where it was sampled."""
+    se = float((r.extra or {}).get("quality_stderr") or 0.0)
+    return r.quality + QUALITY_SE_TOLERANCE * se
+
+
 def meets(scenario: Scenario, quality: float, p95: float, cost: float) -> bool:
     t = scenario.targets
     return (

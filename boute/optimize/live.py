@@ -20,15 +20,12 @@ from typing import Any
 import numpy as np
 
 from boute.errors import BouteError
-from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan, meets
+from boute.optimize.evaluators import OVERLOAD_P95_S, QUALITY_SE_TOLERANCE, EvalResult, candidate_plan, meets
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 
 #: failed requests above this share mean the plan cannot carry the load
 MAX_FAILED_SHARE = 0.01
-#: a live quality is the mean score of one or two hundred answers (standard error ~0.03-0.04): it meets
-#: the floor when the floor is within this many standard errors of it, not only when the sample mean is
-QUALITY_SE_TOLERANCE = 2.0
 
 
 class LiveEvaluator:

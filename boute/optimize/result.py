@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from boute.optimize.evaluators import EvalResult
+from boute.optimize.evaluators import EvalResult, quality_for_targets
 from boute.optimize.space import Candidate
 
 
@@ -74,7 +74,8 @@ def choose(trials: Sequence[Trial], targets: Targets) -> tuple[Trial | None, Tri
     ok, q, p, c = _arrays(trials)
     if not ok:
         return None, None
-    feas = feasible_mask(q, p, c, targets)
+    # sampled qualities (live) meet the floor within their sampling tolerance, as confirmations do
+    feas = feasible_mask(np.array([quality_for_targets(t.result) for t in ok]), p, c, targets)  # type: ignore[arg-type]
     if feas.any():
         idx = np.flatnonzero(feas)
         best = min(idx, key=lambda i: (p[i], -q[i], c[i], ok[i].index))
@@ -132,7 +133,7 @@ def best_key_trace(trials: Sequence[Trial], targets: Targets) -> list[str | None
         if (
             t.ok
             and feasible_mask(
-                np.array([t.result.quality]),
+                np.array([quality_for_targets(t.result)]),  # type: ignore[arg-type]
                 np.array([t.result.p95_latency_s]),
                 np.array([t.result.cost_per_hour]),
                 targets,  # type: ignore[union-attr]
