@@ -129,3 +129,38 @@ def test_demo_command_runs_as_a_process() -> None:
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["within_budget"] and res["within_inventory"] and res["completed"] == res["requests"]
+
+
+def test_simulate_uses_the_plans_scenario_and_a_calibration_file(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Without --scenario the plan's own scenario is simulated; --calibration (the file `boute profile perf`
+    writes) replaces the efficiency factors: slower H100s give a longer P95 for the same plan."""
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    (tmp_path / "p.json").write_text(json.dumps({**PLAN, "scenario": str(tmp_path / "s.yaml")}))
+    args = ["simulate", "--plan", str(tmp_path / "p.json"), "--json", "--seed", "1"]
+    code, out, _ = _run(args, capsys)
+    assert code == 0
+    base = json.loads(out)
+    assert base["scenario"] == "tiny" and base["rate_rps"] == 10
+    (tmp_path / "cal.yaml").write_text("gpus:\n  h100-sxm: {compute: 0.2, bandwidth: 0.3}\n")
+    code, out, _ = _run([*args, "--calibration", str(tmp_path / "cal.yaml")], capsys)
+    assert code == 0
+    slow = json.loads(out)
+    assert slow["tiers"]["large"]["p95_latency_s"] > 1.2 * base["tiers"]["large"]["p95_latency_s"]
+    (tmp_path / "bad.yaml").write_text("gpus:\n  no-such-gpu: {compute: 0.5}\n")
+    code, out, err = _run([*args, "--calibration", str(tmp_path / "bad.yaml")], capsys)
+    assert code == 2 and out == "" and "bad.yaml" in err and "no-such-gpu" in err and err.count("\n") == 1
+
+
+def test_optimize_takes_a_calibration_file(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`boute optimize --calibration`: the search runs on the calibrated model (slower GPUs, longer P95)."""
+    (tmp_path / "cal.yaml").write_text(
+        "gpus:\n" + "".join(f"  {g}: {{compute: 0.2, bandwidth: 0.3}}\n" for g in ("h100-sxm", "rtx-4090"))
+    )
+    p95 = {}
+    for name, extra in (("base", []), ("cal", ["--calibration", str(tmp_path / "cal.yaml")])):
+        args = ["optimize", "-s", "builtin:small-live", "--max-evals", "12", "-q", "--no-confirm"]
+        args += ["--db", f"sqlite:///{tmp_path / name}.db", "--out", str(tmp_path / f"{name}.json"), *extra]
+        code, _, err = _run(args, capsys)
+        assert code == 0, err
+        p95[name] = json.loads((tmp_path / f"{name}.json").read_text())["predicted"]["p95_latency_s"]
+    assert p95["cal"] > 1.2 * p95["base"], p95

@@ -42,6 +42,9 @@ def register(app: typer.Typer) -> None:
         ),
         plot: Path | None = typer.Option(None, "--plot", help="write a Pareto plot (PNG)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        calibration: Path | None = typer.Option(
+            None, "--calibration", help="calibration file (e.g. from boute profile perf) instead of the scenario's"
+        ),
         redis: str = typer.Option(
             "redis://127.0.0.1:6379/0",
             "--redis",
@@ -79,6 +82,10 @@ def register(app: typer.Typer) -> None:
                 raise BouteError(f"{opt}: must be > 0, got {v}")
         t0 = time.perf_counter()
         sc = session.with_targets(load_scenario(scenario), budget, quality_floor, p95_cap)
+        if calibration is not None:
+            from boute.perf import with_calibration
+
+            sc = with_calibration(sc, calibration)
         store = open_store(db)
         progress = _Progress(max_evals, quiet)
         ev = None

@@ -22,18 +22,30 @@ def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate_cmd(
         plan: Path = typer.Option(..., "--plan", "-p", help="plan JSON/YAML"),
-        scenario: Path | None = typer.Option(None, "--scenario", "-s", help="scenario YAML (default: built-in)"),
+        scenario: str | None = typer.Option(
+            None, "--scenario", "-s", help="scenario YAML or builtin:NAME (default: the one the plan names)"
+        ),
         rate: float | None = typer.Option(None, "--rate", min=1e-9, help="req/s (default: the scenario's)"),
         duration: float | None = typer.Option(None, "--duration", min=1e-9, help="seconds of arrivals"),
         seed: int | None = typer.Option(None, "--seed", min=0, help="workload and routing seed"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        calibration: Path | None = typer.Option(
+            None, "--calibration", help="calibration file (e.g. from boute profile perf) instead of the scenario's"
+        ),
     ) -> None:
         """Simulate a plan under the scenario's workload (approximate: the perf model is a calibrated roofline)."""
         from boute.sim import simulate
         from boute.specs import load_plan, load_scenario
+        from boute.specs.io import read_mapping
         from boute.workload import build_workload
 
-        sc = load_scenario(scenario)
+        # a plan records the scenario it was made for (builtin:NAME or a path); --scenario overrides it
+        named = read_mapping(plan).get("scenario")
+        sc = load_scenario(scenario if scenario is not None else (named if isinstance(named, str) else None))
+        if calibration is not None:
+            from boute.perf import with_calibration
+
+            sc = with_calibration(sc, calibration)
         p = load_plan(plan, sc.catalog)
         for i, g in enumerate(p.deployment):
             if g.tier not in {t.name for t in sc.tiers}:

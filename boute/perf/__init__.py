@@ -14,6 +14,7 @@ from boute.perf.calibration import (
     predict_point,
     save_calibration,
     scenario_catalog,
+    with_calibration,
 )
 from boute.perf.model import ReplicaPerf, replica_perf
 
@@ -29,4 +30,5 @@ __all__ = [
     "replica_perf",
     "save_calibration",
     "scenario_catalog",
+    "with_calibration",
 ]

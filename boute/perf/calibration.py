@@ -104,6 +104,15 @@ def scenario_catalog(scenario: Scenario) -> Catalog:
     return apply_calibration(scenario.catalog, load_calibration(path))
 
 
+def with_calibration(scenario: Scenario, path: str | Path) -> Scenario:
+    """The scenario with calibration file ``path`` in place of its own (``--calibration`` of the CLI).
+
+    The file is read and checked against the scenario's GPUs now, so a mistake is reported before any work.
+    """
+    apply_calibration(scenario.catalog, load_calibration(path))
+    return scenario.model_copy(update={"calibration": str(Path(path).resolve())})
+
+
 def save_calibration(path: str | Path, efficiencies: Mapping[str, Efficiency]) -> Path:
     """Write fitted factors as a calibration file (atomically), loadable by :func:`load_calibration`."""
     data = {"gpus": {name: eff.model_dump(exclude_none=True) for name, eff in efficiencies.items()}}
