@@ -12,26 +12,30 @@ experiments_app = typer.Typer(help="Inspect tracked optimisation experiments.", 
 _DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
 
 
-def _load(db: str | None, ref: str) -> tuple[object, dict]:
+def _load(db: str | None, ref: str) -> tuple[dict, list, list, list]:
+    """The experiment (as a dict), its trial rows, Pareto fronts and plans, read in one go."""
     from boute.errors import BouteError
     from boute.tracking import open_store
 
     store = open_store(db)
-    exp = store.experiment(ref)
-    if exp is None:
+    try:
+        exp = store.experiment(ref)
+        if exp is None:
+            raise BouteError(f"experiments: no experiment named or numbered '{ref}'")
+        info = {
+            "id": exp.id,
+            "name": exp.name,
+            "scenario": exp.scenario,
+            "strategy": exp.strategy,
+            "evaluator": exp.evaluator,
+            "seed": exp.seed,
+            "status": exp.status,
+            "settings": exp.settings,
+            "created_at": exp.created_at.isoformat(timespec="seconds") if exp.created_at else None,
+        }
+        return info, store.trial_rows(exp.id), store.fronts(exp.id), store.plans(exp.id)
+    finally:
         store.close()
-        raise BouteError(f"experiments: no experiment named or numbered '{ref}'")
-    return store, {
-        "id": exp.id,
-        "name": exp.name,
-        "scenario": exp.scenario,
-        "strategy": exp.strategy,
-        "evaluator": exp.evaluator,
-        "seed": exp.seed,
-        "status": exp.status,
-        "settings": exp.settings,
-        "created_at": exp.created_at.isoformat(timespec="seconds") if exp.created_at else None,
-    }
 
 
 @experiments_app.command("list")
@@ -56,13 +60,7 @@ def list_cmd(db: str | None = _DB, as_json: bool = typer.Option(False, "--json")
 @experiments_app.command("show")
 def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: str | None = _DB) -> None:
     """Settings, trial count, best plans and the latest Pareto front of an experiment."""
-    store, info = _load(db, ref)
-    try:
-        rows = store.trial_rows(info["id"])
-        fronts = store.fronts(info["id"])
-        plans = store.plans(info["id"])
-    finally:
-        store.close()
+    info, rows, fronts, plans = _load(db, ref)
     info["trials"] = len(rows)
     info["failed"] = sum(r.status != "complete" for r in rows)
     info["eval_wall_s"] = round(sum(r.wall_s for r in rows), 3)
@@ -92,13 +90,7 @@ def export_cmd(
     """Every trial (parameters, metrics, timings) as JSON or CSV."""
     from boute.specs.io import write_atomic
 
-    store, info = _load(db, ref)
-    try:
-        rows = store.trial_rows(info["id"])
-        fronts = store.fronts(info["id"])
-        plans = store.plans(info["id"])
-    finally:
-        store.close()
+    info, rows, fronts, plans = _load(db, ref)
     trials = [
         {
             "index": r.index,
