@@ -198,9 +198,12 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
     assert {r.evaluator for r in rows[:36]} == {"fast"} and [r.index for r in rows] == list(range(n))
     shown = json.loads(_run(["experiments", "show", "demo", "--db", db], capsys).stdout)
     assert shown["status"] == "complete" and shown["front"]["points"] and shown["plan"]["predicted"]
+    assert (shown["trials"], shown["failed"], shown["confirmed"]) == (n, 0, n - 36)
     csv = tmp_path / "t.csv"
     assert _run(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
     assert len(csv.read_text().strip().splitlines()) == n + 1
+    header, *lines = csv.read_text().strip().splitlines()
+    assert header.split(",")[:3] == ["index", "status", "evaluator"] and lines[-1].startswith(f"{n - 1},confirmed,sim,")
     missing = _run(["experiments", "show", "nope", "--db", db], capsys)
     assert missing.returncode == 2 and "no experiment named" in missing.stderr
 

@@ -62,7 +62,8 @@ def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: s
     """Settings, trial count, best plans and the latest Pareto front of an experiment."""
     info, rows, fronts, plans = _load(db, ref)
     info["trials"] = len(rows)
-    info["failed"] = sum(r.status != "complete" for r in rows)
+    info["failed"] = sum(r.status == "failed" for r in rows)
+    info["confirmed"] = sum(r.status == "confirmed" for r in rows)  # confirmations, not search trials
     info["eval_wall_s"] = round(sum(r.wall_s for r in rows), 3)
     if fronts:
         f = fronts[-1]
@@ -111,6 +112,7 @@ def export_cmd(
         cols = [
             "index",
             "status",
+            "evaluator",
             "quality",
             "p95_latency_s",
             "throughput_rps",
@@ -130,6 +132,7 @@ def export_cmd(
                 [
                     t["index"],
                     t["status"],
+                    t["evaluator"],
                     m.get("quality"),
                     m.get("p95_latency_s"),
                     m.get("throughput_rps"),
