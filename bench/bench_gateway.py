@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from router.testing import Stack, free_port, wait_http
+from tests.stack import Stack, free_port, wait_http
 
 PLAN = {
     "routing": {"mode": "preroute", "tiers": ["small"], "fractions": [1.0]},

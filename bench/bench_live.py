@@ -114,10 +114,10 @@ def _cli_run(evals: int, *options: str) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict:
-    from boute.optimize.baselines import make_strategy
+    from backends.deploy.live_eval import LiveEvaluator
     from boute.optimize.evaluators import FastEvaluator
-    from boute.optimize.live import LiveEvaluator
     from boute.optimize.loop import run_search
+    from boute.optimize.registry import make_strategy
     from boute.optimize.space import Space
     from boute.specs import load_scenario
 

@@ -3,7 +3,7 @@ stand-in optimum, fixed-strategy comparison, and wall time of ``boute optimize``
 
 Quick mode: the built-in scenario, 3 seeds x 60 evaluations for mobo, random and nsga2 against a
 2,000-evaluation random search. Full mode: 3 scenarios, 5 seeds, plus the first MOBO design
-(``mobo_legacy``: GP for quality too, gradient acquisition) on one seed for the before/after figure.
+(``mobo-gp``: GP for quality too, gradient acquisition) on one seed for the before/after figure.
 """
 
 from __future__ import annotations
@@ -27,12 +27,7 @@ def _best_trace(trials, targets) -> list[float]:  # noqa: ANN001
     best, out = np.inf, []
     for t in trials:
         r = t.result
-        if (
-            t.ok
-            and r.quality >= targets.quality_floor
-            and r.p95_latency_s <= targets.p95_cap_s
-            and r.cost_per_hour <= targets.budget + 1e-6
-        ):
+        if t.ok and targets.met_by(r.quality, r.p95_latency_s, r.cost_per_hour):
             best = min(best, r.p95_latency_s)
         out.append(best)
     return out
@@ -46,8 +41,8 @@ def _evals_to(trace: list[float], opt: float) -> int | None:
 
 
 def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, ref_evals: int) -> dict[str, Any]:  # noqa: ANN001
-    from boute.optimize.baselines import make_strategy
     from boute.optimize.loop import run_search, targets_of
+    from boute.optimize.registry import make_strategy
     from boute.optimize.result import hypervolume_trace
     from boute.optimize.space import Space
 
@@ -234,7 +229,7 @@ def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str
 
 
 def _routellm_fr(ev, tg, n_t: int) -> tuple[float, ...]:  # noqa: ANN001
-    qm = ev.quality.model
+    qm = ev.quality_model
     lo, hi = 0.0, 1.0
     for _ in range(30):
         mid = (lo + hi) / 2
@@ -287,7 +282,7 @@ def run(quick: bool) -> dict[str, Any]:
     seeds, evals = (3, 60) if quick else (5, 60)
     strategies: dict[str, dict[str, Any]] = {"random": {}, "nsga2": {}, "mobo": {}}
     if not quick:
-        strategies["mobo_legacy"] = {"strategy": "mobo", "acq": "legacy", "seeds": 1}
+        strategies["mobo-gp"] = {"seeds": 1}
     out: dict[str, Any] = {"quick": quick, "studies": [], "note": "perf model is an approximate calibrated roofline"}
     for name in names:
         sc = load_scenario(name)

@@ -110,15 +110,17 @@ class Evaluators:
         if self._sim is None:
             from boute.optimize.evaluators import SimEvaluator
 
-            self._sim = SimEvaluator(self.scenario, self.mode, quality=self.fast.quality)
+            self._sim = SimEvaluator(self.scenario, self.mode, quality_model=self.fast.quality_model)
         return self._sim
 
     @property
     def quality_model(self) -> Any:  # noqa: ANN401 - QualityModel
-        return self.fast.quality.model
+        return self.fast.quality_model
 
     def policy(self, fractions: Any) -> Any:  # noqa: ANN401 - PolicyResult
-        return self.fast.quality.policy(tuple(fractions))
+        from boute.optimize.evaluators import policy_of
+
+        return policy_of(self.fast.quality_model, self.mode, tuple(fractions))
 
     def at_budget(self, budget: float) -> Evaluators:
         """The same evaluators judging feasibility against another budget (workload unchanged)."""

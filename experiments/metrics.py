@@ -53,11 +53,7 @@ def confirm(evs: Evaluators, cand: Any, rate: float | None = None, seed: int = 0
         "throughput_rps": float(s["throughput_rps"]),
         "completed": float(s.get("completed", math.nan)),
         "cost_per_hour": float(cand.cost_per_hour),
-        "meets": bool(
-            q >= sc.targets.quality_floor - 1e-12
-            and p95 <= sc.targets.p95_latency_s
-            and cand.cost_per_hour <= sc.cluster.budget_per_hour + 1e-6
-        ),
+        "meets": sc.goal.met_by(q, p95, float(cand.cost_per_hour)),
     }
 
 
@@ -96,13 +92,11 @@ def max_rate(run: SystemRun, evs: Evaluators, top_k: int = 3, sim_steps: int = 8
     """Max sustainable rate of the system's best plan meeting the floor and budget (see module doc)."""
     ev = evaluators_for(run, evs)
     sc = ev.scenario
-    floor, budget = sc.targets.quality_floor, sc.cluster.budget_per_hour
     pool = [
         (c, r)
         for c, r in run.pool
         if r is not None
-        and r.quality >= floor - 1e-12
-        and c.cost_per_hour <= budget + 1e-6
+        and sc.goal.met_by(r.quality, 0.0, c.cost_per_hour)  # floor and budget; the rate is what is sought
         and r.capacity_rps is not None
         and r.capacity_rps > 0
     ]

@@ -110,8 +110,8 @@ def run_boute(
     warm: Sequence[Any] = (),
 ) -> SystemRun:
     """MOBO over the joint space; ``track`` names the tracking-DB experiment recording every trial."""
-    from boute.optimize.baselines import make_strategy
     from boute.optimize.loop import run_search
+    from boute.optimize.registry import make_strategy
     from boute.optimize.session import optimize
 
     t0 = time.perf_counter()

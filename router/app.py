@@ -19,11 +19,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from boute.errors import BouteError, from_validation_error
+from boute.serving import BACKENDS, BackendSpec
 from boute.specs.plan import Plan, check_plan_hardware
 from router.config import Settings
 from router.gateway import Gateway
 from router.openai_io import CHAT, CHAT_SCHEMA, COMPLETION, COMPLETION_SCHEMA, body_spec, error_response
-from router.state import BACKENDS, BackendSpec, SharedStateUnavailable
+from router.state import SharedStateUnavailable
 
 PLAN_SCHEMA = {"type": "object", "description": "a BOute plan (see docs/router.md)"}
 BACKENDS_SCHEMA = {"type": "array", "items": {"type": "object"}, "description": "list of BackendSpec"}

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from boute.serving import BackendSpec
 from boute.specs.plan import Plan
 from router.config import Settings
-from router.state import BackendSpec
 
 log = logging.getLogger("boute.router.balancer")
 

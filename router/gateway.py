@@ -17,6 +17,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from boute.serving import BACKENDS, BackendSpec
+from boute.serving.relay import RelayResponse
 from boute.specs.plan import Plan
 from router.balancer import Balancer
 from router.config import Settings
@@ -30,8 +32,8 @@ from router.openai_io import (
     response_text,
 )
 from router.policy import RoutePolicy
-from router.proxy import NoReplica, Proxy, RelayResponse, Result, Stream, make_client
-from router.state import BACKENDS, BackendSpec, SharedState
+from router.proxy import NoReplica, Proxy, Result, Stream, make_client
+from router.state import SharedState
 
 log = logging.getLogger("boute.router")
 

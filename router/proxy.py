@@ -20,8 +20,6 @@ from typing import Any
 import aiohttp
 import orjson
 from multidict import CIMultiDict
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from router.balancer import Balancer, Replica
@@ -184,25 +182,3 @@ class Proxy:
                 s.response.release()  # finished: keep the connection for reuse
             else:
                 s.response.close()  # client left (or failure): drop it, which cancels the upstream sequence
-
-
-class RelayResponse(StreamingResponse):
-    """A streaming response that stops the upstream as soon as the client goes away.
-
-    Starlette leaves the body iterator to the garbage collector when the client disconnects; here the
-    send loop races a disconnect listener and the iterator is always closed, which closes the upstream
-    connection and so cancels the sequence on the backend.
-    """
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        sender = asyncio.ensure_future(self.stream_response(send))
-        watcher = asyncio.ensure_future(self.listen_for_disconnect(receive))
-        try:
-            await asyncio.wait({sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (sender, watcher):
-                t.cancel()
-            await asyncio.gather(sender, watcher, return_exceptions=True)
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                await aclose()

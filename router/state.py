@@ -19,34 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter
 
+from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.specs.plan import Plan
 from router.config import Settings
 
 log = logging.getLogger("boute.router.state")
-
-
-class BackendSpec(BaseModel):
-    """One serving replica the gateway may send to: its URL, tier, and (for weights) its hardware."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str = Field(pattern=r"^https?://")
-    tier: str
-    model: str = Field(description="model name sent upstream (the backend's served model name)")
-    gpu: str | None = None
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    dtype: str = "bf16"
-    name: str | None = None
-
-    @property
-    def id(self) -> str:
-        return self.name or self.url
-
-
-BACKENDS = TypeAdapter(list[BackendSpec])
 
 
 class SharedStateUnavailable(Exception):
@@ -68,12 +46,13 @@ class SharedState:
         self.connected = False
         self._on_change = on_change
         self._on_down = on_down
-        p = settings.redis_prefix
-        self.k_plan, self.k_backends, self.k_down, self.channel = (
-            f"{p}:plan",
-            f"{p}:backends",
-            f"{p}:down:",
-            f"{p}:events",
+        keys = RedisKeys(settings.redis_prefix)
+        self.k_plan, self.k_plan_version, self.k_backends, self.k_down, self.channel = (
+            keys.plan,
+            keys.plan_version,
+            keys.backends,
+            keys.down_prefix,
+            keys.events,
         )
         self._redis: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -113,7 +92,7 @@ class SharedState:
             return self.plan_version
         data = plan.model_dump(mode="json", exclude_none=True)
         try:
-            version = int(await self._redis.incr(self.k_plan + ":version"))
+            version = int(await self._redis.incr(self.k_plan_version))
             doc = orjson.dumps({"version": version, "plan": data})
             await self._redis.set(self.k_plan, doc)
             await self._redis.publish(self.channel, orjson.dumps({"kind": "plan", "version": version}))
@@ -158,7 +137,7 @@ class SharedState:
         raw_plan, raw_backends = await r.get(self.k_plan), await r.get(self.k_backends)
         plan, version, backends = self.plan, self.plan_version, self.backends
         if raw_plan is None and self.plan is not None:
-            version = int(await r.incr(self.k_plan + ":version"))
+            version = int(await r.incr(self.k_plan_version))
             doc = {"version": version, "plan": self.plan.model_dump(mode="json", exclude_none=True)}
             if not await r.set(self.k_plan, orjson.dumps(doc), nx=True):
                 raw_plan = await r.get(self.k_plan)  # a peer seeded first: follow it

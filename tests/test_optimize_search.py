@@ -30,7 +30,7 @@ def test_pareto_mask_matches_brute_force() -> None:
 
 
 def test_hypervolume_counts_only_points_meeting_targets() -> None:
-    from boute.optimize.result import Targets
+    from boute.specs import Targets
 
     tg = Targets(0.5, 10.0, 1.0)
     assert hypervolume(np.array([0.4]), np.array([1.0]), tg) == 0.0
@@ -75,7 +75,7 @@ def test_convergence_stops_early(setup) -> None:
 
 def test_infeasible_targets_report_the_closest_plan(setup) -> None:
     sp, ev = setup
-    from boute.optimize.result import Targets
+    from boute.specs import Targets
 
     trials = run_search(sp, ev, RandomStrategy(sp, seed=0), max_evals=20)
     chosen, closest = choose(trials, Targets(0.99, 0.001, sp.budget))
@@ -119,25 +119,26 @@ def test_mobo_models_quality_exactly_and_proposes_canonical_new_plans(setup) -> 
 
 
 def test_mobo_without_exact_quality_falls_back_to_the_gp_design(setup) -> None:
-    from boute.optimize.baselines import make_strategy
     from boute.optimize.mobo import MoboStrategy
+    from boute.optimize.registry import make_strategy
 
     sp, ev = setup
     opts = {"n_init": 8, "num_restarts": 1, "raw_samples": 32, "mc_samples": 16}
     strat = MoboStrategy(sp, seed=0, **opts)
     start = run_search(sp, ev, RandomStrategy(sp, seed=5), max_evals=8)
     x = strat.ask(start)  # no bind: no exact quality, so the first design (GP for quality too) answers
-    assert strat.quality_fn is None and strat._legacy is not None and len(strat.timings) == 1
+    assert strat.quality_fn is None and strat._gp_design is not None and len(strat.timings) == 1
     assert x.shape == (sp.dim,) and is_valid(sp, sp.decode(x)) is None
-    legacy = make_strategy("mobo", sp, 0, acq="legacy", **opts)
-    assert type(legacy).__name__ == "LegacyMoboStrategy"
+    gp = make_strategy("mobo-gp", sp, 0, **opts)
+    assert type(gp).__name__ == "GPMoboStrategy" and gp.name == "mobo-gp"
 
 
 def test_sampled_quality_meets_the_floor_within_two_standard_errors() -> None:
     """A live result's quality is a sample mean: within two standard errors of the floor it counts as
     meeting it (the same rule the live evaluator's own ``feasible`` and the confirmations use)."""
     from boute.optimize.evaluators import EvalResult
-    from boute.optimize.result import Targets, Trial
+    from boute.optimize.result import Trial
+    from boute.specs import Targets
 
     sp = Space.build(load_scenario("builtin:small-live"))
     cand = sp.decode(np.full(sp.dim, 0.5))

@@ -10,7 +10,7 @@ import hypothesis
 import schemathesis
 from hypothesis import strategies as st
 
-from router.testing import Stack
+from tests.stack import Stack
 
 EXAMPLES_PER_OPERATION = 8
 

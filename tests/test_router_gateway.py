@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from router.testing import TEST_PLAN, Stack
+from tests.stack import TEST_PLAN, Stack
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

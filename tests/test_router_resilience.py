@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from router.testing import TEST_PLAN, Stack
 from tests.services import free_port, start_redis
+from tests.stack import TEST_PLAN, Stack
 
 TOKEN = "t0k"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

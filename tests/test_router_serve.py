@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from backends.emulated.launch import free_port, wait_http
-from router.testing import TEST_PLAN
+from tests.stack import TEST_PLAN
 
 
 def test_serve_emulate_ready_then_ctrl_c_stops_everything(tmp_path: Path) -> None:

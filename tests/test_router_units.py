@@ -7,13 +7,13 @@ import time
 import numpy as np
 import pytest
 
+from boute.serving import BackendSpec
 from boute.specs.plan import Plan
 from router.balancer import Balancer, replica_capacity
 from router.config import Settings
 from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
 from router.policy import LengthScorer, RoutePolicy, cascade_thresholds, thresholds_from_fractions
-from router.state import BackendSpec
-from router.testing import TEST_PLAN
+from tests.stack import TEST_PLAN
 
 
 def test_settings_env_then_overrides() -> None:

@@ -1,7 +1,7 @@
-"""Register deployed endpoints with the gateway, in the gateway's own Redis format (``router.state``).
+"""Register deployed endpoints with the gateways, in the shared Redis layout (``boute.serving``).
 
 The gateway keeps its backend registry as one JSON list (``<prefix>:backends``, entries validated by
-``router.state.BackendSpec``) and re-reads it when ``{"kind": "backends"}`` is published on
+``boute.serving.BackendSpec``) and re-reads it when ``{"kind": "backends"}`` is published on
 ``<prefix>:events``; the active plan is ``<prefix>:plan`` = ``{"version", "plan"}`` with the version from
 ``<prefix>:plan:version``. Several writers (deploy controllers, admins) may touch the list, so every change
 is a read-modify-write under WATCH/MULTI and retried on conflict: no registration is ever lost.
@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from boute.errors import BouteError
+from boute.serving import BackendSpec, RedisKeys
 from boute.specs.plan import Plan
 
 
@@ -27,7 +28,13 @@ class Registry:
         import redis
 
         self.url, self.prefix = redis_url, prefix
-        self.k_backends, self.k_plan, self.channel = f"{prefix}:backends", f"{prefix}:plan", f"{prefix}:events"
+        keys = RedisKeys(prefix)
+        self.k_backends, self.k_plan, self.k_plan_version, self.channel = (
+            keys.backends,
+            keys.plan,
+            keys.plan_version,
+            keys.events,
+        )
         self._r = redis.Redis.from_url(redis_url, socket_connect_timeout=2.0, socket_timeout=5.0)
 
     def _change(self, fn: Any) -> list[dict[str, Any]]:
@@ -53,8 +60,6 @@ class Registry:
 
     def register(self, entry: dict[str, Any]) -> None:
         """Add (or replace, by ``name``) one backend; the entry must be a valid gateway ``BackendSpec``."""
-        from router.state import BackendSpec
-
         spec = BackendSpec.model_validate(entry).model_dump(mode="json", exclude_none=True)
         self._change(lambda es: [e for e in es if e.get("name") != spec["name"]] + [spec])
 
@@ -78,7 +83,7 @@ class Registry:
         import redis
 
         try:
-            version = int(self._r.incr(self.k_plan + ":version"))
+            version = int(self._r.incr(self.k_plan_version))
             doc = {"version": version, "plan": plan.model_dump(mode="json", exclude_none=True)}
             self._r.set(self.k_plan, json.dumps(doc))
             self._r.publish(self.channel, json.dumps({"kind": "plan", "version": version}))
@@ -88,7 +93,7 @@ class Registry:
 
     def clear(self) -> None:
         """Remove this prefix's registry and plan (tests, ``deploy down --purge``)."""
-        self._r.delete(self.k_backends, self.k_plan, self.k_plan + ":version")
+        self._r.delete(self.k_backends, self.k_plan, self.k_plan_version)
         self._r.publish(self.channel, json.dumps({"kind": "backends"}))
 
     def close(self) -> None:

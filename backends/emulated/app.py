@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from backends.emulated.engine import Engine, Sequence
 from backends.emulated.profile import CHAT_TEMPLATE_TOKENS, ReplicaConfig, Responder, count_tokens
-from router.proxy import RelayResponse  # closes the generator on disconnect, which cancels the sequence
+from boute.serving.relay import RelayResponse  # closes the generator on disconnect, which cancels the sequence
 
 _ids = itertools.count(1)
 

@@ -56,6 +56,16 @@ def _register() -> None:
         module.register(app)
 
 
+def _plug_in() -> None:
+    """The deployment side's implementations of core registries (the core never imports ``backends``)."""
+    from boute.optimize.registry import EVALUATORS
+
+    EVALUATORS.register(
+        "live", "backends.deploy.live_eval:LiveEvaluator", "deploy emulated replicas, replay, measure", fidelity=2
+    )
+
+
+_plug_in()
 _register()
 
 

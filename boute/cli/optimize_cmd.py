@@ -11,9 +11,7 @@ from pathlib import Path
 
 import typer
 
-#: evaluators from cheapest to most faithful: confirming only ever moves up (a live search is not
-#: "confirmed" by the simulator)
-FIDELITY = {"fast": 0, "sim": 1, "live": 2}
+from boute.optimize.registry import EVALUATORS, STRATEGIES
 
 
 def register(app: typer.Typer) -> None:
@@ -25,10 +23,8 @@ def register(app: typer.Typer) -> None:
         quality_floor: float | None = typer.Option(None, "--quality-floor", help="minimum quality in [0,1]"),
         p95_cap: float | None = typer.Option(None, "--p95-cap", help="P95 end-to-end latency cap, seconds"),
         max_evals: int = typer.Option(60, "--max-evals", min=1, help="evaluation budget"),
-        strategy: str = typer.Option("mobo", "--strategy", help="mobo | random | nsga2"),
-        evaluator: str = typer.Option(
-            "fast", "--evaluator", help="fast (analytical) | sim (event simulator) | live (emulated backends)"
-        ),
+        strategy: str = typer.Option("mobo", "--strategy", help=STRATEGIES.choices()),
+        evaluator: str = typer.Option("fast", "--evaluator", help=EVALUATORS.choices()),
         mode: str = typer.Option("preroute", "--mode", help="routing mode: preroute | cascade"),
         seed: int = typer.Option(0, "--seed", help="random seed"),
         db: str | None = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)"),
@@ -38,7 +34,7 @@ def register(app: typer.Typer) -> None:
         ),
         confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="re-evaluate the best front points"),
         confirm_with: str = typer.Option(
-            "sim", "--confirm-with", help="sim (event simulator) | live (deploy emulated replicas and measure)"
+            "sim", "--confirm-with", help="a more faithful evaluator than --evaluator: " + EVALUATORS.choices()
         ),
         plot: Path | None = typer.Option(None, "--plot", help="write a Pareto plot (PNG)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
@@ -67,12 +63,8 @@ def register(app: typer.Typer) -> None:
         torch.set_num_threads(2)
         # GPyTorch adds jitter to near-singular kernel matrices and says so; that is handled, not news to a user
         warnings.filterwarnings("ignore", category=NumericalWarning)
-        if strategy not in ("mobo", "random", "nsga2"):
-            raise BouteError(f"--strategy: unknown strategy '{strategy}' (known: mobo, random, nsga2)")
-        if evaluator not in ("fast", "sim", "live"):
-            raise BouteError(f"--evaluator: unknown evaluator '{evaluator}' (known: fast, sim, live)")
-        if confirm_with not in ("sim", "live"):
-            raise BouteError(f"--confirm-with: unknown evaluator '{confirm_with}' (known: sim, live)")
+        STRATEGIES.get(strategy)
+        searching, confirming = EVALUATORS.get(evaluator), EVALUATORS.get(confirm_with, "--confirm-with")
         if mode not in ("preroute", "cascade"):
             raise BouteError(f"--mode: unknown routing mode '{mode}' (known: preroute, cascade)")
         if quality_floor is not None and not 0 <= quality_floor <= 1:
@@ -105,7 +97,7 @@ def register(app: typer.Typer) -> None:
                     experiment=experiment,
                     on_trial=progress.update,
                 )
-            _close(ev)  # replicas of a live search are not needed to confirm or write the plan
+            ev.close()  # replicas of a live search are not needed to confirm or write the plan
             if res.resumed_trials:
                 typer.echo(
                     f"resumed experiment '{res.experiment_name}' from {res.resumed_trials} stored trials", err=True
@@ -116,11 +108,11 @@ def register(app: typer.Typer) -> None:
                 plot_front(res, plot)
             if res.chosen is None:
                 raise InfeasibleError(res.infeasible_message())
-            if confirm and FIDELITY[confirm_with] > FIDELITY[evaluator]:
-                checker = _confirming(confirm_with, sc, mode, seed, redis, quality=getattr(ev, "quality", None))
+            if confirm and confirming.fidelity > searching.fidelity:  # confirmations only move up
+                checker = make_evaluator(confirm_with, sc, mode, seed, quality_model=ev.quality_model, redis_url=redis)
                 ev = checker  # closed by the finally below, whatever happens while confirming
                 session.confirm(res, checker, store=store)
-                _close(checker)
+                checker.close()
             elif confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
                 res.confirmed[res.chosen.index] = res.chosen.result
             plan = session.build_plan(sc, res, mode)
@@ -134,27 +126,10 @@ def register(app: typer.Typer) -> None:
                 str(out),
             )
         finally:
-            _close(ev)
+            if ev is not None:
+                ev.close()
             store.close()
         _summary(res, plan, time.perf_counter() - t0)
-
-
-def _confirming(name: str, sc, mode: str, seed: int, redis: str, quality):  # noqa: ANN001, ANN202
-    """The evaluator that re-checks the front: the event simulator, or live (emulated) deployments."""
-    if name == "live":
-        from boute.optimize.live import LiveEvaluator
-
-        return LiveEvaluator(sc, mode, seed=seed, redis_url=redis)
-    from boute.optimize.evaluators import SimEvaluator
-
-    return SimEvaluator(sc, mode, quality=quality, seed=seed)
-
-
-def _close(evaluator: object) -> None:
-    """Tear down what an evaluator runs (the live one's gateway and replicas); idempotent."""
-    close = getattr(evaluator, "close", None)
-    if close is not None:
-        close()
 
 
 class _Progress:

@@ -79,24 +79,6 @@ class NSGA2Strategy:
         return np.asarray(self._batch.get("X")[n - self._start], dtype=float)
 
 
-def make_strategy(name: str, space: Space, seed: int = 0, **kw: object):  # noqa: ANN201 - Strategy
-    from boute.errors import BouteError
-
-    if name == "mobo" and kw.get("acq") == "legacy":  # the first design, kept for comparison
-        from boute.optimize.mobo_legacy import LegacyMoboStrategy
-
-        return LegacyMoboStrategy(space, seed=seed, **{k: v for k, v in kw.items() if k != "acq"})  # type: ignore[arg-type]
-    if name == "mobo":
-        from boute.optimize.mobo import MoboStrategy
-
-        return MoboStrategy(space, seed=seed, **kw)  # type: ignore[arg-type]
-    if name == "random":
-        return RandomStrategy(space, seed=seed)
-    if name == "nsga2":
-        return NSGA2Strategy(space, seed=seed)
-    raise BouteError(f"--strategy: unknown strategy '{name}' (known: mobo, random, nsga2)")
-
-
 # ---- fixed strategies (the paper's comparison points) -----------------------------------------------
 def _max_replicas(space: Space, pair_index: int, config_index: int, budget: float) -> int:
     p = space.pairs[pair_index]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from boute.optimize.space import Candidate
+from boute.quality.policy import PolicyResult, QualityModel
 from boute.specs import Plan, Routing, Scenario
 
 #: latency reported for an overloaded (unstable) plan: far above any cap, finite so the GP can model it
@@ -39,6 +40,11 @@ class EvalResult:
     thresholds: tuple[float, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def quality_se(self) -> float:
+        """Standard error of a sampled quality (the live evaluator's); 0 for the exact quality model."""
+        return float((self.extra or {}).get("quality_stderr") or 0.0)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["thresholds"] = list(self.thresholds) if self.thresholds is not None else None
@@ -53,30 +59,22 @@ class EvalResult:
 
 
 class Evaluator(Protocol):
+    """What every evaluator offers the search.
+
+    ``fidelity`` ranks evaluators by faithfulness (fast 0 < sim 1 < live 2): a confirmation only ever
+    moves up. ``quality_model`` is the exact quality model the evaluator scores routing with, or None when
+    quality is measured (sampled); the MOBO strategy uses it as an exact objective instead of a GP.
+    ``close`` releases what the evaluator runs (processes, fleets); it is idempotent.
+    """
+
     name: str
+    fidelity: int
+    mode: str
+    quality_model: QualityModel | None
 
     def __call__(self, cand: Candidate) -> EvalResult: ...
 
-
-#: an evaluator that measures quality on a sample (the live one: one or two hundred answers, standard error
-#: ~0.03-0.04) reports that standard error; such a plan meets the floor when the floor is within this many
-#: standard errors of its measured mean, not only when the sample mean is above it
-QUALITY_SE_TOLERANCE = 2.0
-
-
-def quality_for_targets(r: EvalResult) -> float:
-    """The quality compared with the floor: the result's, plus the sampling tolerance where it was sampled."""
-    se = float((r.extra or {}).get("quality_stderr") or 0.0)
-    return r.quality + QUALITY_SE_TOLERANCE * se
-
-
-def meets(scenario: Scenario, quality: float, p95: float, cost: float) -> bool:
-    t = scenario.targets
-    return (
-        quality >= t.quality_floor - 1e-12
-        and p95 <= t.p95_latency_s
-        and cost <= scenario.cluster.budget_per_hour + 1e-6
-    )
+    def close(self) -> None: ...
 
 
 def _finite_p95(p95: float) -> float:
@@ -95,38 +93,39 @@ def candidate_plan(scenario: Scenario, cand: Candidate, mode: str = "preroute", 
     return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
 
 
-class _QualitySide:
-    """Lazily built quality model shared by both evaluators (training the router is the costly part)."""
-
-    def __init__(self, scenario: Scenario, mode: str) -> None:
-        from boute.quality import quality_model_for
-
-        self.model = quality_model_for(scenario)
-        self.mode = mode
-
-    def policy(self, fractions: tuple[float, ...]):  # noqa: ANN201 - PolicyResult
-        fn = self.model.cascade if self.mode == "cascade" else self.model.preroute
-        return fn(np.asarray(fractions, dtype=float))
+def policy_of(model: QualityModel, mode: str, fractions: tuple[float, ...]) -> PolicyResult:
+    """The routing policy's quality and per-tier load for ``fractions`` in ``mode``."""
+    fn = model.cascade if mode == "cascade" else model.preroute
+    return fn(np.asarray(fractions, dtype=float))
 
 
 class FastEvaluator:
     """Quality model + analytical fast path (``boute.sim.fast_evaluate``)."""
 
     name = "fast"
+    fidelity = 0
 
-    def __init__(self, scenario: Scenario, mode: str = "preroute", quality: _QualitySide | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        mode: str = "preroute",
+        quality_model: QualityModel | None = None,
+        seed: int = 0,
+        **_other_evaluators_options: Any,
+    ) -> None:
+        from boute.quality import quality_model_for
         from boute.workload import build_workload, workload_stats
 
         self.scenario = scenario
         self.mode = mode
-        self.quality = quality or _QualitySide(scenario, mode)
+        self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
         self.stats = workload_stats(build_workload(scenario))
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import fast_evaluate
 
         t0 = time.perf_counter()
-        pol = self.quality.policy(cand.fractions)
+        pol = policy_of(self.quality_model, self.mode, cand.fractions)
         tiers = [t.name for t in self.scenario.tiers]
         res = fast_evaluate(
             list(cand.deployment), self.scenario, self.stats, [float(v) for v in pol.visits], tiers, mode=self.mode
@@ -144,7 +143,7 @@ class FastEvaluator:
             p95_latency_s=p95,
             throughput_rps=float(res.throughput_rps),
             cost_per_hour=float(res.cost_per_hour),
-            feasible=bool(res.stable) and meets(self.scenario, q, p95, float(res.cost_per_hour)),
+            feasible=bool(res.stable) and self.scenario.goal.met_by(q, p95, float(res.cost_per_hour)),
             wall_s=time.perf_counter() - t0,
             evaluator=self.name,
             p50_latency_s=float(res.p50_latency_s) if res.stable else None,
@@ -157,29 +156,39 @@ class FastEvaluator:
             },
         )
 
+    def close(self) -> None:
+        """Nothing to release: the fast path runs in this process."""
+
 
 class SimEvaluator:
     """Quality model + discrete-event simulation of the workload, requests routed by the learned router."""
 
     name = "sim"
+    fidelity = 1
 
     def __init__(
-        self, scenario: Scenario, mode: str = "preroute", quality: _QualitySide | None = None, seed: int = 0
+        self,
+        scenario: Scenario,
+        mode: str = "preroute",
+        quality_model: QualityModel | None = None,
+        seed: int = 0,
+        **_other_evaluators_options: Any,
     ) -> None:
+        from boute.quality import quality_model_for
         from boute.workload import build_workload
 
         self.scenario = scenario
         self.mode = mode
         self.seed = seed
-        self.quality = quality or _QualitySide(scenario, mode)
+        self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
         self.workload = build_workload(scenario)
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import simulate
 
         t0 = time.perf_counter()
-        pol = self.quality.policy(cand.fractions)
-        route = self.quality.model.assign(
+        pol = policy_of(self.quality_model, self.mode, cand.fractions)
+        route = self.quality_model.assign(
             self.workload.prompt_index, np.asarray(cand.fractions), mode=self.mode, seed=self.seed
         )
         plan = candidate_plan(self.scenario, cand, self.mode)
@@ -197,7 +206,7 @@ class SimEvaluator:
             p95_latency_s=p95,
             throughput_rps=float(summary["throughput_rps"]),
             cost_per_hour=cost,
-            feasible=meets(self.scenario, q, p95, cost),
+            feasible=self.scenario.goal.met_by(q, p95, cost),
             wall_s=time.perf_counter() - t0,
             evaluator=self.name,
             p50_latency_s=float(summary["p50_latency_s"]),
@@ -210,19 +219,21 @@ class SimEvaluator:
             },
         )
 
+    def close(self) -> None:
+        """Nothing to release: the simulator runs in this process."""
+
 
 def make_evaluator(
-    name: str, scenario: Scenario, mode: str = "preroute", seed: int = 0, *, redis_url: str | None = None
+    name: str,
+    scenario: Scenario,
+    mode: str = "preroute",
+    seed: int = 0,
+    *,
+    quality_model: QualityModel | None = None,
+    **options: Any,
 ) -> Evaluator:
-    """The evaluator called ``name``; ``redis_url`` is the live evaluator's replica registry (others ignore it)."""
-    if name == "fast":
-        return FastEvaluator(scenario, mode)
-    if name == "sim":
-        return SimEvaluator(scenario, mode, seed=seed)
-    if name == "live":  # measured on emulated/real backends (the deployment side's evaluator)
-        from boute.optimize.live import LiveEvaluator
+    """The registered evaluator called ``name``; ``options`` go to it (e.g. the live one's ``redis_url``)."""
+    from boute.optimize.registry import EVALUATORS
 
-        return LiveEvaluator(scenario, mode, seed=seed, **({"redis_url": redis_url} if redis_url else {}))
-    from boute.errors import BouteError
-
-    raise BouteError(f"--evaluator: unknown evaluator '{name}' (known: fast, sim, live)")
+    factory = EVALUATORS.get(name).load()
+    return factory(scenario, mode, seed=seed, quality_model=quality_model, **options)

@@ -14,8 +14,9 @@ import numpy as np
 
 from boute.errors import BouteError
 from boute.optimize.evaluators import EvalResult, Evaluator
-from boute.optimize.result import Targets, Trial, best_key_trace
+from boute.optimize.result import Trial, best_key_trace
 from boute.optimize.space import Space
+from boute.specs.targets import Targets
 
 
 class Strategy(Protocol):
@@ -25,8 +26,7 @@ class Strategy(Protocol):
 
 
 def targets_of(space: Space) -> Targets:
-    t = space.scenario.targets
-    return Targets(t.quality_floor, t.p95_latency_s, space.budget)
+    return space.scenario.goal
 
 
 def converged(trials: Sequence[Trial], targets: Targets, patience: int | None, min_trials: int = 0) -> bool:

@@ -7,7 +7,7 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   ``ModelList`` beside the latency GP, so the quality objective and the ``quality >= floor`` constraint are
   exact inside the acquisition. The strategy gets that function from the evaluator (``bind``, called by
   ``run_search``) or from ``quality_fn``; without one it falls back to the first design (a GP for quality
-  too, :mod:`boute.optimize.mobo_legacy`).
+  too, :mod:`boute.optimize.mobo_gp`, strategy ``mobo-gp``).
 * **One GP, on ``-log P95``** (P95 clipped at ``clip_factor`` x the cap: how badly an overloaded plan
   fails carries nothing the search can use, and the cliff would otherwise set the lengthscales).
 * **Budget, inventory, fit** are hard limits built into the space (construction + repair).
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from boute.optimize.acq_pool import Pool, build_pool
+from boute.optimize.evaluators import Evaluator, policy_of
 from boute.optimize.result import Trial
 from boute.optimize.space import Space
 
@@ -40,14 +41,13 @@ QualityFn = Callable[[tuple[float, ...]], float]
 ACQS = ("hybrid", "ehvi", "ei")
 
 
-def exact_quality_fn(evaluator: Any) -> QualityFn | None:  # noqa: ANN401 - any Evaluator
-    """The evaluator's quality as a function of routing fractions, when it exposes one (else None)."""
-    side = getattr(evaluator, "quality", None)
-    if side is not None and hasattr(side, "policy"):
-        return lambda fr: float(side.policy(tuple(fr)).quality)
-    if callable(side):  # a test double's ``quality(fractions)``
-        return lambda fr: float(side(tuple(fr)))
-    return None
+def exact_quality_fn(evaluator: Evaluator) -> QualityFn | None:
+    """The evaluator's quality as a function of routing fractions, when it has an exact model (else None)."""
+    model = evaluator.quality_model
+    if model is None:
+        return None
+    mode = getattr(evaluator, "mode", "preroute")
+    return lambda fr: float(policy_of(model, mode, tuple(fr)).quality)
 
 
 class MoboStrategy:
@@ -98,14 +98,14 @@ class MoboStrategy:
             "acq_optimizer": "relaxed" if acq_optimizer == "pool" else acq_optimizer,
             "threads": threads,
         }
-        self._legacy: Any = None
+        self._gp_design: Any = None
         self._sobol: np.ndarray | None = None
         self._state: dict[str, Any] | None = None  # last fitted hyperparameters: warm start
         self._qcache: dict[tuple[float, ...], float] = {}
         self.timings: list[dict[str, float]] = []  # per BO step: fit_s, pool_s, acq_s, kind
 
     # ---- wiring ---------------------------------------------------------------------------------
-    def bind(self, evaluator: Any) -> None:  # noqa: ANN401 - any Evaluator
+    def bind(self, evaluator: Evaluator) -> None:
         """Take the exact quality function from the evaluator (``run_search`` calls this)."""
         if self.quality_fn is None:
             self.quality_fn = exact_quality_fn(evaluator)
@@ -132,12 +132,12 @@ class MoboStrategy:
         if n < self.n_init or len(ok) < 3:
             return self._sobol_point(n)
         if self.quality_fn is None:
-            if self._legacy is None:
-                from boute.optimize.mobo_legacy import LegacyMoboStrategy
+            if self._gp_design is None:
+                from boute.optimize.mobo_gp import GPMoboStrategy
 
-                self._legacy = LegacyMoboStrategy(self.space, seed=self.seed, n_init=self.n_init, **self._fallback_opts)
-            x = self._legacy.ask(trials)
-            self.timings = self._legacy.timings
+                self._gp_design = GPMoboStrategy(self.space, seed=self.seed, n_init=self.n_init, **self._fallback_opts)
+            x = self._gp_design.ask(trials)
+            self.timings = self._gp_design.timings
             return x
         return self._bo_step(trials, ok)
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from boute.optimize.evaluators import EvalResult, quality_for_targets
+from boute.optimize.evaluators import EvalResult
 from boute.optimize.space import Candidate
+from boute.specs.targets import Targets
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,6 @@ class Trial:
     @property
     def ok(self) -> bool:
         return self.status == "complete" and self.result is not None
-
-
-@dataclass(frozen=True)
-class Targets:
-    quality_floor: float
-    p95_cap_s: float
-    budget: float
 
 
 def _arrays(trials: Sequence[Trial]) -> tuple[list[Trial], np.ndarray, np.ndarray, np.ndarray]:
@@ -65,8 +59,15 @@ def pareto_front(trials: Sequence[Trial]) -> list[Trial]:
     return sorted(front, key=lambda t: (t.result.quality, t.result.p95_latency_s))  # type: ignore[union-attr]
 
 
-def feasible_mask(quality: np.ndarray, p95: np.ndarray, cost: np.ndarray, targets: Targets) -> np.ndarray:
-    return (quality >= targets.quality_floor - 1e-12) & (p95 <= targets.p95_cap_s) & (cost <= targets.budget + 1e-6)
+def feasible_mask(trials: Sequence[Trial], targets: Targets) -> np.ndarray:
+    """Which of the successful trials (in order) meet the targets; sampled qualities within their tolerance."""
+    ok = [t.result for t in trials if t.ok and t.result is not None]
+    return targets.mask(
+        [r.quality for r in ok],
+        [r.p95_latency_s for r in ok],
+        [r.cost_per_hour for r in ok],
+        [r.quality_se for r in ok],
+    )
 
 
 def choose(trials: Sequence[Trial], targets: Targets) -> tuple[Trial | None, Trial | None]:
@@ -74,23 +75,12 @@ def choose(trials: Sequence[Trial], targets: Targets) -> tuple[Trial | None, Tri
     ok, q, p, c = _arrays(trials)
     if not ok:
         return None, None
-    # sampled qualities (live) meet the floor within their sampling tolerance, as confirmations do
-    feas = feasible_mask(np.array([quality_for_targets(t.result) for t in ok]), p, c, targets)  # type: ignore[arg-type]
+    feas = feasible_mask(ok, targets)
     if feas.any():
         idx = np.flatnonzero(feas)
         best = min(idx, key=lambda i: (p[i], -q[i], c[i], ok[i].index))
         return ok[int(best)], None
-    return None, ok[int(np.argmin(violation(q, p, c, targets)))]
-
-
-def violation(q: np.ndarray, p: np.ndarray, c: np.ndarray, targets: Targets) -> np.ndarray:
-    """Relative shortfall: quality below the floor (share of the floor) + log-ratio of P95 over the cap."""
-    fl = max(targets.quality_floor, 1e-9)
-    return (
-        np.maximum(0.0, (targets.quality_floor - q) / fl)
-        + np.maximum(0.0, np.log(np.maximum(p, 1e-9) / targets.p95_cap_s))
-        + np.maximum(0.0, (c - targets.budget) / targets.budget)
-    )
+    return None, ok[int(np.argmin(targets.violation(q, p, c)))]
 
 
 def hypervolume(quality: np.ndarray, p95: np.ndarray, targets: Targets) -> float:
@@ -120,8 +110,8 @@ def hypervolume_trace(trials: Sequence[Trial], targets: Targets) -> list[float]:
     out: list[float] = []
     for n in range(1, len(trials) + 1):
         _, q, p, c = _arrays(trials[:n])
-        feas = c <= targets.budget + 1e-6
-        out.append(hypervolume(q[feas], p[feas], targets))
+        within = targets.mask(np.full_like(q, np.inf), np.zeros_like(p), c)  # the budget alone
+        out.append(hypervolume(q[within], p[within], targets))
     return out
 
 
@@ -130,17 +120,10 @@ def best_key_trace(trials: Sequence[Trial], targets: Targets) -> list[str | None
     out: list[str | None] = []
     best: Trial | None = None
     for t in trials:
-        if (
-            t.ok
-            and feasible_mask(
-                np.array([quality_for_targets(t.result)]),  # type: ignore[arg-type]
-                np.array([t.result.p95_latency_s]),
-                np.array([t.result.cost_per_hour]),
-                targets,  # type: ignore[union-attr]
-            )[0]
-        ):
-            r = t.result
-            if best is None or (r.p95_latency_s, -r.quality) < (best.result.p95_latency_s, -best.result.quality):  # type: ignore[union-attr]
+        r = t.result
+        if t.ok and r is not None and targets.met_by(r.quality, r.p95_latency_s, r.cost_per_hour, r.quality_se):
+            b = best.result if best is not None else None
+            if b is None or (r.p95_latency_s, -r.quality) < (b.p95_latency_s, -b.quality):
                 best = t
         out.append(None if best is None else best.candidate.key())
     return out

@@ -15,6 +15,7 @@ from typing import Any
 from boute.errors import InfeasibleError
 from boute.optimize.evaluators import EvalResult, Evaluator, candidate_plan, make_evaluator
 from boute.optimize.loop import run_search, targets_of
+from boute.optimize.registry import make_strategy
 from boute.optimize.result import Trial, choose, hypervolume, pareto_front
 from boute.optimize.space import Candidate, Space
 from boute.specs import Plan, Prediction, ReplicaGroup, Scenario
@@ -108,11 +109,10 @@ class Outcome:
 
 def check_targets_reachable(scenario: Scenario, evaluator: Evaluator) -> None:
     """Fail fast when the floor is above what the best tier alone reaches: no plan can meet it."""
-    qs = getattr(getattr(evaluator, "quality", None), "model", None)
-    tier_q = getattr(qs, "tier_quality", None)
-    if tier_q is None:
+    if evaluator.quality_model is None:  # a sampled quality: nothing exact to check against
         return
-    best = float(max(tier_q))
+    tier_q = [float(q) for q in evaluator.quality_model.tier_quality]
+    best = max(tier_q)
     if scenario.targets.quality_floor > best + 1e-9:
         names = [t.name for t in scenario.tiers]
         raise InfeasibleError(
@@ -139,8 +139,8 @@ def optimize(
     space = Space.build(scenario, gpus=gpus)
     ev = make_evaluator(evaluator, scenario, mode, seed) if isinstance(evaluator, str) else evaluator
     check_targets_reachable(scenario, ev)
-    from boute.optimize.baselines import make_strategy
-
+    if strategy == "mobo" and ev.quality_model is None:
+        strategy = "mobo-gp"  # no exact quality to model: learn it too (recorded under its own name)
     strat = make_strategy(strategy, space, seed, **(strategy_options or {}))
     trials: list[Trial] = []
     exp_id = None
@@ -210,7 +210,7 @@ def confirm(
     them (they are not ``complete``), and a confirmation that fails is recorded as such and skipped.
     """
     tg = targets_of(out.space)
-    pool = [t for t in out.front if t.result and t.result.quality >= tg.quality_floor - 1e-12]
+    pool = [t for t in out.front if t.result and tg.met_by(t.result.quality, 0.0, 0.0)]  # the floor alone
     pool.sort(key=lambda t: t.result.p95_latency_s)  # type: ignore[union-attr]
     if out.chosen is not None and out.chosen not in pool:
         pool.insert(0, out.chosen)

@@ -2,6 +2,7 @@
 
 from boute.specs.plan import Plan, Prediction, ReplicaGroup, Routing, load_plan, save_plan
 from boute.specs.scenario import Scenario, load_scenario
+from boute.specs.targets import Targets
 
 __all__ = [
     "Plan",
@@ -9,6 +10,7 @@ __all__ = [
     "ReplicaGroup",
     "Routing",
     "Scenario",
+    "Targets",
     "load_plan",
     "load_scenario",
     "save_plan",

@@ -22,6 +22,7 @@ from pydantic import (
 
 from boute.catalog import Catalog, GPUSpec, ModelSpec, builtin_catalog
 from boute.specs.io import read_mapping, validate
+from boute.specs.targets import Targets
 
 Dtype = Literal["bf16", "fp8"]
 
@@ -96,7 +97,9 @@ class Workload(_Frozen):
     seed: NonNegativeInt = 0
 
 
-class Targets(_Frozen):
+class TargetSection(_Frozen):
+    """The ``targets:`` section of a scenario file; with the cluster's budget it makes :attr:`Scenario.goal`."""
+
     quality_floor: float = Field(0.0, ge=0, le=1, description="minimum expected quality, profile scale [0,1]")
     p95_latency_s: PositiveFloat = Field(30.0, description="P95 end-to-end latency cap, seconds")
 
@@ -110,7 +113,7 @@ class Scenario(_Frozen):
     tiers: list[Tier] = Field(min_length=1)
     quality: QualitySource = QualitySource()
     workload: Workload = Workload()
-    targets: Targets = Targets()
+    targets: TargetSection = TargetSection()
     gpus: list[GPUSpec] = Field(default_factory=list, description="extra GPU types (or overrides)")
     models: list[ModelSpec] = Field(default_factory=list, description="extra model architectures")
     calibration: str | None = Field(None, description="calibration file overriding efficiency factors")
@@ -142,6 +145,12 @@ class Scenario(_Frozen):
     @property
     def catalog(self) -> Catalog:
         return self._catalog
+
+    @property
+    def goal(self) -> Targets:
+        """What a plan must meet: the quality floor, the P95 cap and the budget (the one feasibility rule)."""
+        t = self.targets
+        return Targets(t.quality_floor, t.p95_latency_s, self.cluster.budget_per_hour)
 
     @property
     def source(self) -> Path | None:

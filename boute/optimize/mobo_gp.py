@@ -1,6 +1,8 @@
-"""The first MOBO (kept for comparison, ``acq="legacy"``): qLogNEHVI with a GP for quality *and* latency.
+"""MOBO with a GP for quality *and* latency (strategy ``mobo-gp``): qLogNEHVI on two learned outcomes.
 
-Superseded by :mod:`boute.optimize.mobo`, which models quality exactly; the bench measures both.
+The first design, and still the one for evaluators whose quality is measured on a sample (``live``): with
+an exact quality model :mod:`boute.optimize.mobo` (strategy ``mobo``) needs fewer evaluations; the bench
+measures both.
 
 * Outcomes modelled: ``logit(quality)`` and ``-log(P95)`` (logit/log transforms as in the paper: both are
   bounded/skewed, and the constraints are monotone in them), one GP each.
@@ -34,10 +36,10 @@ def _logit(q: np.ndarray) -> np.ndarray:
     return np.log(q / (1 - q))
 
 
-class LegacyMoboStrategy:
+class GPMoboStrategy:
     """``ask(trials)``: Sobol for the first ``n_init`` trials, then the qLogNEHVI maximiser."""
 
-    name = "mobo"
+    name = "mobo-gp"
     timings: list[dict[str, float]]
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Real-process helpers for tests and benches: emulated replicas and gateways on free local ports.
+"""Test and bench support: emulated replicas and gateways as real processes on free local ports.
 
 Everything runs as separate processes speaking real HTTP, as in production; only the ports are local.
 """

@@ -1,0 +1,71 @@
+"""Registries of evaluators and search strategies: what ``boute optimize`` offers, by name.
+
+Entries name their implementation as ``"module:attribute"`` and import it on first use, so listing the
+choices (``boute optimize --help``) costs nothing, and the composition root (``boute/cli``) can register an
+implementation that lives outside the core (the deployment side's ``live`` evaluator) without the core
+importing it. The names are what the tracking DB records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from boute.errors import BouteError
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    target: str  # "package.module:attribute", called to build one
+    help: str
+    fidelity: int = 0  # evaluators: fast 0 < sim 1 < live 2 (confirmations only move up)
+
+    def load(self) -> Callable[..., Any]:
+        module, _, attr = self.target.partition(":")
+        return getattr(import_module(module), attr)
+
+
+class Registry:
+    def __init__(self, kind: str, option: str) -> None:
+        self.kind, self.option = kind, option
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, target: str, help: str, fidelity: int = 0) -> None:
+        self._entries[name] = Entry(name, target, help, fidelity)
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def get(self, name: str, option: str | None = None) -> Entry:
+        if name not in self._entries:
+            known = ", ".join(self._entries)
+            raise BouteError(f"{option or self.option}: unknown {self.kind} '{name}' (known: {known})")
+        return self._entries[name]
+
+    def choices(self) -> str:
+        """One line for ``--help``: ``name (help) | ...``."""
+        return " | ".join(f"{e.name} ({e.help})" for e in self._entries.values())
+
+
+#: ``target(scenario, mode, *, seed, quality_model, **options) -> Evaluator``
+EVALUATORS = Registry("evaluator", "--evaluator")
+EVALUATORS.register("fast", "boute.optimize.evaluators:FastEvaluator", "analytical fast path", fidelity=0)
+EVALUATORS.register("sim", "boute.optimize.evaluators:SimEvaluator", "event simulator", fidelity=1)
+
+#: ``target(space, *, seed, **options) -> Strategy``
+STRATEGIES = Registry("strategy", "--strategy")
+STRATEGIES.register("mobo", "boute.optimize.mobo:MoboStrategy", "exact quality + latency GP")
+STRATEGIES.register("mobo-gp", "boute.optimize.mobo_gp:GPMoboStrategy", "GPs for quality and latency")
+STRATEGIES.register("random", "boute.optimize.baselines:RandomStrategy", "uniform random plans")
+STRATEGIES.register("nsga2", "boute.optimize.baselines:NSGA2Strategy", "NSGA-II")
+
+
+def make_strategy(name: str, space: Any, seed: int = 0, **options: Any) -> Any:  # noqa: ANN401 - Space, Strategy
+    """The strategy called ``name`` for ``space``."""
+    return STRATEGIES.get(name).load()(space, seed=seed, **options)

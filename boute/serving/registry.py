@@ -1,0 +1,64 @@
+"""The backend registry entry and the Redis key layout shared by gateways and deployers.
+
+Layout under a prefix ``P`` (default ``boute``, so several deployments share one Redis):
+
+- ``P:backends``: one JSON list of :class:`BackendSpec` (the registry; writers replace it under WATCH);
+- ``P:plan``: ``{"version", "plan"}``, the active plan, its version taken from ``P:plan:version`` (INCR);
+- ``P:down:<backend id>``: set with the cooldown as TTL when a gateway trips a replica;
+- ``P:events``: the pub/sub channel; messages ``{"kind": "plan"|"backends"|"down", ...}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter
+
+
+class BackendSpec(BaseModel):
+    """One serving replica the gateway may send to: its URL, tier, and (for weights) its hardware."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(pattern=r"^https?://")
+    tier: str
+    model: str = Field(description="model name sent upstream (the backend's served model name)")
+    gpu: str | None = None
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dtype: str = "bf16"
+    name: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.name or self.url
+
+
+BACKENDS = TypeAdapter(list[BackendSpec])
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    """The keys of one deployment's shared state in Redis."""
+
+    prefix: str = "boute"
+
+    @property
+    def backends(self) -> str:
+        return f"{self.prefix}:backends"
+
+    @property
+    def plan(self) -> str:
+        return f"{self.prefix}:plan"
+
+    @property
+    def plan_version(self) -> str:
+        return f"{self.prefix}:plan:version"
+
+    @property
+    def down_prefix(self) -> str:
+        return f"{self.prefix}:down:"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}:events"
