@@ -39,12 +39,13 @@ $(ENGINES): $(STAMP) backends/llamacpp/build.py
 	nice $(BIN)/python -m backends.llamacpp.build --wheelhouse $(WHEELHOUSE) --spec '$(LLAMA_CPP)'
 	touch $(ENGINES)
 
-## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan, confirm it.
+## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan (with its
+## bundle), then serve it on emulated backends and verify the promise under the scenario's own traffic.
 demo: $(STAMP)
 	@mkdir -p out
 	$(BIN)/boute optimize --out out/plan.json --plot out/pareto.png --db sqlite:///out/boute.db
-	$(BIN)/boute simulate --plan out/plan.json --json
-	@echo "plan: out/plan.json  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
+	$(BIN)/boute verify --plan out/plan.json
+	@echo "plan: out/plan.json (+ out/plan.bundle/)  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
 
 ## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379).
 test: $(STAMP)

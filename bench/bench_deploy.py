@@ -74,7 +74,7 @@ def run(quick: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"plan_a": _groups(a), "plan_b": _groups(b), **plan_info}
         try:
             t0 = time.perf_counter()
-            code, stdout, err = _boute("deploy", str(a), *flags, "--gateway-port", str(port))
+            code, stdout, err = _boute("deploy", "up", str(a), *flags, "--gateway-port", str(port))
             out["deploy_a_exit_code"], out["deploy_a_s"] = code, round(time.perf_counter() - t0, 1)
             if code != 0:
                 return {**out, "error": err[-1500:]}
@@ -89,7 +89,7 @@ def run(quick: bool) -> dict[str, Any]:
             with Load(url, clients=4) as load:
                 time.sleep(2.0)
                 t1 = time.perf_counter()
-                code, stdout, err = _boute("deploy", str(b), *flags)
+                code, stdout, err = _boute("deploy", "up", str(b), *flags)
                 out["rolling_update_exit_code"], out["rolling_update_s"] = code, round(time.perf_counter() - t1, 1)
                 time.sleep(2.0)
             out["requests_during_update"] = dict(load.outcomes)

@@ -6,6 +6,7 @@ shape so OpenAI clients surface a readable message.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ from starlette.responses import Response
 
 from boute.errors import BouteError, from_validation_error
 from boute.serving import BACKENDS, BackendSpec
-from boute.specs.plan import Plan, check_plan_hardware
+from boute.specs.plan import Plan
 from router.config import Settings
 from router.gateway import Gateway
 from router.openai_io import CHAT, CHAT_SCHEMA, COMPLETION, COMPLETION_SCHEMA, body_spec, error_response
@@ -119,9 +120,8 @@ def create_app(
             return denied
         try:
             plan = Plan.model_validate_json(await request.body())
-            from boute.catalog import builtin_catalog
-
-            check_plan_hardware(plan, builtin_catalog(), "plan")
+            # compiled before it is shared: router files present and verified, hardware in the plan's catalog
+            await asyncio.to_thread(gw.policy_for, plan)
         except ValidationError as exc:
             return error_response(422, str(from_validation_error(exc, "plan")), code="invalid_plan")
         except BouteError as exc:

@@ -16,10 +16,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
+from boute.catalog import Catalog, builtin_catalog
 from boute.serving import BackendSpec
+from boute.serving.bundle import plan_catalog
 from boute.specs.plan import Plan
 from router.config import Settings
 
@@ -29,16 +30,13 @@ log = logging.getLogger("boute.router.balancer")
 REF_INPUT, REF_OUTPUT, REF_BATCH = 256, 256, 64
 
 
-@lru_cache(maxsize=256)
-def replica_capacity(model: str, gpu: str, tp: int, pp: int, dtype: str) -> float | None:
+def replica_capacity(catalog: Catalog, model: str, gpu: str, tp: int, pp: int, dtype: str) -> float | None:
     """Modelled output tokens/s of one replica at a moderate batch; None when unknown or not fitting."""
-    from boute.catalog import builtin_catalog
     from boute.perf import replica_perf
 
-    cat = builtin_catalog()
-    if model not in cat.models or gpu not in cat.gpus:
+    if model not in catalog.models or gpu not in catalog.gpus:
         return None
-    perf = replica_perf(cat.model(model), cat.gpu(gpu), tp=tp, pp=pp, dtype=dtype)
+    perf = replica_perf(catalog.model(model), catalog.gpu(gpu), tp=tp, pp=pp, dtype=dtype)
     if not perf.fits:
         return None
     return float(perf.static_batch(REF_BATCH, REF_INPUT, REF_OUTPUT)["output_tokens_per_s"])
@@ -99,17 +97,23 @@ class Balancer:
         self.by_id: dict[str, Replica] = {}
         self._on_trip = on_trip
         self._rr = 0
+        self._capacities: dict[tuple[object, ...], float] = {}  # modelled capacity per hardware, this catalog
+        self._catalog_of: tuple[Plan | None, Catalog] = (None, builtin_catalog())
 
     # ---- configuration ------------------------------------------------------------------------
     def configure(self, plan: Plan | None, backends: Iterable[BackendSpec]) -> None:
         """Rebuild pools for a plan + registry, keeping runtime state of replicas that stay."""
         tiers = set(plan.routing.tiers) if plan is not None else None
+        if plan != self._catalog_of[0]:  # the plan's own hardware (scenario-defined GPUs/models)
+            self._catalog_of = (plan, plan_catalog(plan) if plan is not None else builtin_catalog())
+            self._capacities = {}
+        catalog = self._catalog_of[1]
         pools: dict[str, list[Replica]] = {}
         by_id: dict[str, Replica] = {}
         for spec in backends:
             if tiers is not None and spec.tier not in tiers:
                 continue
-            weight = self._capacity(plan, spec)
+            weight = self._capacity(catalog, plan, spec)
             old = self.by_id.get(spec.id)
             if old is not None and old.spec == spec:
                 rep = old
@@ -128,8 +132,7 @@ class Balancer:
                 r.weight, r.inv_weight = w / mean, mean / w
         self.pools, self.by_id = pools, by_id
 
-    @staticmethod
-    def _capacity(plan: Plan | None, spec: BackendSpec) -> float:
+    def _capacity(self, catalog: Catalog, plan: Plan | None, spec: BackendSpec) -> float:
         gpu, tp, pp, dtype = spec.gpu, spec.tp, spec.pp, spec.dtype
         if gpu is None and plan is not None:  # take the hardware from the plan's group for this tier/model
             for g in plan.deployment:
@@ -138,7 +141,10 @@ class Balancer:
                     break
         if gpu is None:
             return 0.0
-        return replica_capacity(spec.model, gpu, tp, pp, dtype) or 0.0
+        key = (spec.model, gpu, tp, pp, dtype)
+        if key not in self._capacities:
+            self._capacities[key] = replica_capacity(catalog, spec.model, gpu, tp, pp, dtype) or 0.0
+        return self._capacities[key]
 
     # ---- picking ------------------------------------------------------------------------------
     def pick(self, tier: str, exclude: tuple[Replica, ...] = ()) -> Replica | None:
@@ -159,6 +165,10 @@ class Balancer:
             if best is None or load < best_load:
                 best, best_load = r, load
         return best
+
+    def healthy(self, tier: str) -> int:
+        now = time.monotonic()
+        return sum(r.available(now) for r in self.pools.get(tier, ()))
 
     def healthy_tiers(self) -> dict[str, int]:
         now = time.monotonic()
@@ -197,12 +207,9 @@ class Balancer:
             r.healthy = ok
 
     async def _check(self, client: object, r: Replica) -> bool:
-        import aiohttp
-
+        """``GET /health`` through the gateway's upstream pool (:class:`router.upstream.Pool`)."""
         try:
-            timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
-            async with client.get(r.url + "/health", timeout=timeout) as resp:  # type: ignore[attr-defined]
-                return resp.status == 200
+            return await client.get_status(r.url, "/health", self.settings.health_timeout_s) == 200  # type: ignore[attr-defined]
         except Exception:
             return False
 

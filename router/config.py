@@ -22,11 +22,21 @@ class Settings(BaseModel):
 
     plan: str | None = Field(None, description="plan file loaded at start-up when Redis holds none")
     backends: str | None = Field(None, description="backend registry file (JSON list of BackendSpec)")
+    bundle_root: str | None = Field(
+        None,
+        description="folder plan bundle paths resolve against for plans sent over Redis/admin (default: the plan file's)",
+    )
     redis_url: str | None = Field(None, description="shared state; None = this instance only")
     redis_prefix: str = Field("boute", description="key prefix, so several deployments share one Redis")
     admin_token: str | None = Field(None, description="bearer token for /admin/*; None disables admin")
     max_body_bytes: PositiveInt = Field(1 << 20, description="larger request bodies get 413")
     max_inflight: PositiveInt = Field(1024, description="requests in progress before answering 429")
+    tier_queue_per_replica: PositiveInt = Field(
+        256, description="a tier's requests in progress per healthy replica before answering 429 (overload sheds)"
+    )
+    max_scoring_queue: PositiveInt = Field(
+        64, description="prompts waiting for a slow (non-inline) scorer before answering 429"
+    )
     retry_after_s: PositiveInt = Field(1, description="Retry-After sent with 429/503")
     upstream_timeout_s: PositiveFloat = Field(300.0, description="per-upstream read timeout")
     connect_timeout_s: PositiveFloat = Field(2.0, description="per-upstream connect timeout")

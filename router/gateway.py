@@ -17,9 +17,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from boute.errors import SpecError
 from boute.serving import BACKENDS, BackendSpec
+from boute.serving.bundle import artifact_cache, materialise, open_plan, plan_catalog
 from boute.serving.relay import RelayResponse
-from boute.specs.plan import Plan
+from boute.specs.plan import Plan, check_plan_hardware
 from router.balancer import Balancer
 from router.config import Settings
 from router.metrics import Metrics
@@ -27,7 +29,7 @@ from router.openai_io import (
     CHAT,
     BadRequest,
     completion_as_sse,
-    error_response,
+    error_body,
     parse_request,
     response_text,
 )
@@ -82,6 +84,84 @@ async def _unless_disconnected(receive: Any, work: Any) -> Any:
         watcher.cancel()
 
 
+class Reply:
+    """What the gateway answers, before HTTP framing: the ASGI path turns it into a Starlette response
+    (:meth:`response`), the HTTP fast path (router/http_protocol.py) writes it to the socket itself.
+
+    ``stream``: the body as an async iterator that must be closed (``aclose``) whether or not it was read:
+    closing it releases the request's holds and the upstream connection.
+    """
+
+    __slots__ = ("status", "body", "headers", "media_type", "stream")
+
+    def __init__(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        media_type: str | None = "application/json",
+        stream: _HeldStream | None = None,
+    ) -> None:
+        self.status, self.body, self.headers, self.media_type, self.stream = status, body, headers, media_type, stream
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str,
+        kind: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        """OpenAI's error shape (as :func:`router.openai_io.error_response`)."""
+        kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+        return cls(status, error_body(message, kind, param, code), headers)
+
+    def response(self) -> Response:
+        """As a Starlette response (the ASGI path)."""
+        if self.stream is not None:
+            return RelayResponse(self.stream, self.status, self.headers, self.media_type)
+        if self.status == 499:
+            return Response(status_code=499)
+        return Response(self.body, self.status, self.headers, self.media_type)
+
+
+class _HeldStream:
+    """The relayed upstream stream as the client's body. Closing it releases the request's holds exactly once,
+    also when it was never read: a client gone before the first chunk must not leak in-flight counts or the
+    upstream connection (an async generator that never started runs no ``finally`` on ``aclose``)."""
+
+    __slots__ = ("gw", "upstream", "chunks", "entry", "tier", "t0", "closed")
+
+    def __init__(self, gw: Gateway, upstream: Stream, entry: str, tier: str, t0: float) -> None:
+        assert gw.proxy is not None
+        self.gw, self.upstream, self.entry, self.tier, self.t0 = gw, upstream, entry, tier, t0
+        self.chunks = gw.proxy.relay(upstream)
+        self.closed = False
+
+    def __aiter__(self) -> _HeldStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.chunks.__anext__()
+        except StopAsyncIteration:
+            self.gw.metrics.served(self.tier, time.perf_counter() - self.t0)
+            raise
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.chunks.aclose()
+        finally:
+            assert self.gw.proxy is not None
+            self.gw.proxy.finish(self.upstream, ok=True, done=False)  # no-op once the relay has finished it
+            self.gw._release_stream(self.entry)
+
+
 class Gateway:
     def __init__(self, settings: Settings, plan: Plan | None = None, backends: list[BackendSpec] | None = None) -> None:
         self.settings = settings
@@ -89,21 +169,23 @@ class Gateway:
         self.balancer = Balancer(settings, on_trip=self._tripped)
         self.state = SharedState(settings, self._on_change, self.balancer.mark_down)
         self.policy: RoutePolicy | None = None
+        self.plan_error: str | None = None
+        self._compiled: RoutePolicy | None = None
         self.inflight = 0
+        self.tier_inflight: dict[str, int] = {}
+        self.scoring = 0
         self.draining = False
         self._initial_plan = plan
         self._initial_backends = backends
         self._tasks: list[asyncio.Task[Any]] = []
-        self.client: Any = None  # aiohttp session: created in start(), inside the running loop
+        self.client: Any = None  # upstream connection pool (router.upstream.Pool): made in start(), in the loop
         self.proxy: Proxy | None = None
         self._retry = {"retry-after": str(settings.retry_after_s)}
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
-        from boute.specs import load_plan
-
         s = self.settings
-        plan = self._initial_plan or (load_plan(s.plan) if s.plan else None)
+        plan = self._initial_plan or (open_plan(s.plan) if s.plan else None)
         backends = self._initial_backends
         if backends is None:
             backends = BACKENDS.validate_json(Path(s.backends).read_bytes()) if s.backends else []
@@ -127,9 +209,29 @@ class Gateway:
 
     def _on_change(self, plan: Plan | None, backends: list[BackendSpec]) -> None:
         if plan is not None and (self.policy is None or self.policy.plan != plan):
-            self.policy = RoutePolicy(plan, judge=self._judge())
-            log.info("plan applied: %s mode, tiers %s", plan.routing.mode, list(plan.routing.tiers))
-        self.balancer.configure(plan, backends)
+            try:
+                self.policy = self.policy_for(plan)
+            except SpecError as exc:  # e.g. a plan over Redis whose router files cannot be had: keep serving
+                log.error("plan not applied, keeping the previous one: %s", exc)
+                self.plan_error = str(exc)
+            else:
+                self.plan_error = None
+                self.metrics.plan(plan)
+                log.info("plan applied: %s mode, tiers %s", plan.routing.mode, list(plan.routing.tiers))
+        self.balancer.configure(self.policy.plan if self.policy else plan, backends)
+
+    def policy_for(self, plan: Plan) -> RoutePolicy:
+        """The compiled routing of ``plan``, its bundle files found beside the plan file, under
+        ``bundle_root`` or in the shared store (Redis); SpecError when they cannot be had or do not verify.
+        Memoised: the admin API compiles a plan to validate it, then the change notification adopts it."""
+        if self._compiled is not None and self._compiled.plan == plan:
+            return self._compiled
+        s = self.settings
+        root = Path(s.bundle_root) if s.bundle_root else Path(s.plan).parent if s.plan else None
+        where = materialise(plan, self.state.fetch_artifact, root, artifact_cache())
+        check_plan_hardware(plan, plan_catalog(plan, "plan"), "plan")
+        self._compiled = RoutePolicy(plan, where, judge=self._judge(), file=s.plan or "plan")
+        return self._compiled
 
     def _judge(self) -> Any:
         """Cascade judge: an LLM judge when BOUTE_JUDGE_URL is set, else RoutePolicy's stand-in."""
@@ -164,21 +266,36 @@ class Gateway:
         return await self.handle_asgi(request.scope, request.receive, kind)
 
     async def handle_asgi(self, scope: Any, receive: Any, kind: str) -> Response:
-        """Serve one completion request straight from ASGI (no Starlette ``Request`` on the hot path)."""
+        """Serve one completion request from ASGI (the body read here; client disconnects watched through
+        ``receive``). The HTTP fast path (router/http_protocol.py) calls :meth:`serve` directly instead."""
+        return (await self.serve(kind, None, scope=scope, receive=receive)).response()
+
+    async def serve(
+        self,
+        kind: str,
+        raw: bytes | None,
+        *,
+        oversize: bool = False,
+        scope: Any = None,
+        receive: Any = None,
+    ) -> Reply:
+        """One completion request: ``raw`` is its body (``None``: read it through ASGI ``receive``;
+        ``oversize``: it was over ``max_body_bytes`` and not kept). Without ``receive`` the caller cancels this
+        coroutine when the client disconnects."""
         t0 = time.perf_counter()
         s = self.settings
         if self.inflight >= s.max_inflight:
-            self.metrics.rejected.inc()
-            return error_response(
-                429, "too many requests in flight; retry later", "rate_limit_exceeded", headers=self._retry
-            )
+            return self._shed("inflight", "too many requests in flight")
         policy = self.policy
         if policy is None:
-            return error_response(503, "no routing plan loaded", headers=self._retry)
+            return Reply.error(503, "no routing plan loaded", headers=self._retry)
         self.inflight += 1
         release = True
         try:
-            raw = await self._read_body(scope, receive)
+            if oversize:
+                raise BadRequest(f"request body exceeds {s.max_body_bytes} bytes", 413, code="request_too_large")
+            if raw is None:
+                raw = await self._read_body(scope, receive)
             body, prompt, stream = parse_request(raw, kind)
             forced = policy.resolve_model(body.get("model"))
             if forced is False:
@@ -191,49 +308,92 @@ class Gateway:
             if forced is not None:
                 tier, cascade = forced, False
             elif policy.mode == "preroute":
-                score = (
-                    policy.score_sync(prompt) if policy.cheap else await asyncio.to_thread(policy.score_sync, prompt)
-                )
+                if policy.scoring == "inline":
+                    score = policy.score_sync(prompt)
+                elif policy.scoring == "batch":
+                    score = await policy.score_batched(prompt)
+                elif self.scoring >= s.max_scoring_queue:  # a slow scorer is short: shed, do not queue
+                    return self._shed("scoring", "routing is saturated")
+                else:
+                    self.scoring += 1
+                    try:
+                        score = await asyncio.to_thread(policy.score_sync, prompt)
+                    finally:
+                        self.scoring -= 1
                 tier, cascade = policy.tier_for_score(score), False
             else:
                 tier, cascade = 0, True
+            entry = policy.tiers[tier]
+            held = self.tier_inflight.get(entry, 0)
+            if held >= s.tier_queue_per_replica * max(1, self.balancer.healthy(entry)):
+                return self._shed("tier_queue", f"tier '{entry}' is at capacity")
+            self.tier_inflight[entry] = held + 1
+            reply = await self._dispatch(policy, tier, cascade, kind, body, prompt, stream, receive, t0)
+            if reply.stream is not None:  # closing the stream releases both holds
+                release = False
+            else:
+                self.tier_inflight[entry] -= 1
+            return reply
+        except _ClientGone:
+            return Reply(499)
+        except BadRequest as exc:
+            self.metrics.count("-", exc.status)
+            return Reply.error(exc.status, exc.message, exc.kind, exc.param, exc.code)
+        except NoReplica as exc:
+            self.metrics.count("-", 503)
+            return Reply.error(503, str(exc), "service_unavailable", headers=self._retry)
+        finally:
+            if release:
+                self.inflight -= 1
+
+    async def _dispatch(
+        self,
+        policy: RoutePolicy,
+        tier: int,
+        cascade: bool,
+        kind: str,
+        body: dict[str, Any],
+        prompt: str,
+        stream: bool,
+        receive: Any,
+        t0: float,
+    ) -> Reply:
+        """Send to the tier (or down the cascade) and answer. A streamed answer (``Reply.stream``) holds the
+        request's in-flight counts until it is closed; otherwise the caller releases them now."""
+        entry = policy.tiers[tier]
+        try:
             work = (
                 self._cascade(policy, kind, body, prompt, stream)
                 if cascade
                 else self._single(policy, tier, kind, body, stream)
             )
-            outcome = await _unless_disconnected(receive, work)
-            if outcome is None:
-                return Response(status_code=499)
-            result, tier, waited, hops = outcome
-            tier_name = policy.tiers[tier]
-            headers = {"x-boute-tier": tier_name, "x-boute-replica": result.replica.id}
-            if hops > 1:
-                headers["x-boute-hops"] = str(hops)
-            overhead = time.perf_counter() - t0 - waited
-            headers["x-boute-overhead-ms"] = f"{overhead * 1e3:.3f}"
-            self.metrics.observe(tier_name, result.status if isinstance(result, Result) else 200, overhead)
-            if isinstance(result, Stream):
-                release = False
-                return RelayResponse(
-                    self._release_after(self.proxy.relay(result)), 200, {**headers, **SSE_HEADERS}, "text/event-stream"
-                )
-            if stream and result.status == 200:  # cascade accepted a non-final tier: re-send as SSE
-                return Response(
-                    completion_as_sse(result.body, kind), 200, {**headers, **SSE_HEADERS}, "text/event-stream"
-                )
-            return Response(result.body, result.status, headers, "application/json")
-        except _ClientGone:
-            return Response(status_code=499)
-        except BadRequest as exc:
-            self.metrics.count("-", exc.status)
-            return error_response(exc.status, exc.message, exc.kind, exc.param, exc.code)
-        except NoReplica as exc:
-            self.metrics.count("-", 503)
-            return error_response(503, str(exc), "service_unavailable", headers=self._retry)
-        finally:
-            if release:
-                self.inflight -= 1
+            outcome = await (_unless_disconnected(receive, work) if receive is not None else work)
+        except BaseException:
+            self.tier_inflight[entry] -= 1
+            raise
+        if outcome is None:
+            return Reply(499)
+        result, tier, waited, hops = outcome
+        tier_name = policy.tiers[tier]
+        overhead = time.perf_counter() - t0 - waited
+        headers = {
+            "x-boute-tier": tier_name,
+            "x-boute-replica": result.replica.id,
+            "x-boute-overhead-ms": f"{overhead * 1e3:.3f}",
+        }
+        if hops > 1:
+            headers["x-boute-hops"] = str(hops)
+        status = result.status if isinstance(result, Result) else 200
+        self.metrics.observe(tier_name, status, overhead)
+        if isinstance(result, Stream):
+            headers.update(SSE_HEADERS)
+            return Reply(200, b"", headers, "text/event-stream", _HeldStream(self, result, entry, tier_name, t0))
+        if status == 200:
+            self.metrics.served(tier_name, time.perf_counter() - t0)
+        if stream and status == 200:  # cascade accepted a non-final tier: re-send as SSE
+            headers.update(SSE_HEADERS)
+            return Reply(200, completion_as_sse(result.body, kind), headers, "text/event-stream")
+        return Reply(status, result.body, headers)
 
     async def _read_body(self, scope: Any, receive: Any) -> bytes:
         limit = self.settings.max_body_bytes
@@ -264,13 +424,15 @@ class Gateway:
             if not msg.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _release_after(self, chunks: Any) -> Any:
-        try:
-            async for c in chunks:
-                yield c
-        finally:
-            self.inflight -= 1
-            await chunks.aclose()
+    def _shed(self, reason: str, why: str) -> Reply:
+        """429 at once with Retry-After: an overloaded gateway answers promptly instead of letting requests
+        wait past their client's timeout (counted by reason in ``boute_rejected``)."""
+        self.metrics.reject(reason)
+        return Reply.error(429, f"{why}; retry later", "rate_limit_exceeded", headers=self._retry)
+
+    def _release_stream(self, entry: str) -> None:
+        self.inflight -= 1
+        self.tier_inflight[entry] -= 1
 
     async def _single(self, policy: RoutePolicy, tier: int, kind: str, body: dict[str, Any], stream: bool) -> Any:
         name = policy.tiers[tier]

@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1, 1.0)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 
 
 class Metrics:
@@ -22,7 +23,28 @@ class Metrics:
         self.overhead = Histogram(
             "boute_overhead_seconds", "time spent in the gateway itself", buckets=OVERHEAD_BUCKETS, registry=r
         )
-        self.rejected = Counter("boute_rejected", "requests refused with 429 (in-flight bound)", registry=r)
+        self.rejected = Counter(
+            "boute_rejected",
+            "requests refused with 429, by bound: inflight, tier_queue, scoring",
+            ["reason"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "boute_latency_seconds",
+            "end-to-end latency of successful requests by final tier (streams: to the last byte)",
+            ["tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        # the plan's promise, beside what is measured (share: boute_served_share; P95: boute_latency_seconds)
+        self.promised_share = Gauge(
+            "boute_plan_share", "share of requests the plan sends to each tier", ["tier"], registry=r
+        )
+        self.promised_p95 = Gauge("boute_plan_p95_seconds", "P95 latency the plan promises", registry=r)
+        self.promised_quality = Gauge("boute_plan_quality", "quality the plan promises", registry=r)
+        self.served_share = Gauge(
+            "boute_served_share", "share of successful requests served by each tier", ["tier"], registry=r
+        )
         self.escalations = Counter("boute_escalations", "cascade escalations to a larger tier", registry=r)
         inflight = Gauge("boute_inflight", "requests in progress", registry=r)
         inflight.set_function(lambda: gateway.inflight)
@@ -30,6 +52,7 @@ class Metrics:
         self._healthy = healthy
         self._gateway = gateway
         self._children: dict[tuple[str, int], Any] = {}
+        self._latency: dict[str, Any] = {}
 
     def count(self, tier: str, code: int) -> None:
         key = (tier, code)
@@ -42,7 +65,30 @@ class Metrics:
         self.count(tier, code)
         self.overhead.observe(overhead_s)
 
+    def served(self, tier: str, seconds: float) -> None:
+        """End-to-end latency of a successful request (labelled child cached: one dict lookup)."""
+        child = self._latency.get(tier)
+        if child is None:
+            child = self._latency[tier] = self.latency.labels(tier)
+        child.observe(seconds)
+
+    def reject(self, reason: str) -> None:
+        self.rejected.labels(reason).inc()
+
+    def plan(self, plan: Any) -> None:  # noqa: ANN401 - boute.specs.Plan
+        """Publish the plan's promise (shares from its fractions; P95 and quality from its prediction)."""
+        self.promised_share.clear()
+        for tier, f in zip(plan.routing.tiers, plan.routing.fractions or [], strict=False):
+            self.promised_share.labels(tier).set(f)
+        pred = plan.predicted
+        self.promised_p95.set(pred.p95_latency_s if pred and pred.p95_latency_s is not None else float("nan"))
+        self.promised_quality.set(pred.quality if pred and pred.quality is not None else float("nan"))
+
     def render(self) -> bytes:
+        ok = {t: c._value.get() for (t, code), c in self._children.items() if code == 200 and t != "-"}
+        total = sum(ok.values())
+        for t, n in ok.items():
+            self.served_share.labels(t).set(n / total if total else 0.0)
         for tier, n in self._gateway.balancer.healthy_tiers().items():
             self._healthy.labels(tier).set(n)
         return generate_latest(self.registry)

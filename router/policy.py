@@ -1,32 +1,29 @@
 """Routing decisions: which tier a query goes to (pre-route) or in which order tiers are tried (cascade).
 
-A :class:`Scorer` maps prompts to a difficulty in [0, 1] (higher = needs a larger model). The plan gives
-either ``thresholds`` on that score or load ``fractions``; fractions are turned into thresholds once per
-plan by scoring a reference sample of prompts (the quality profile's) and taking quantiles, so live
-traffic with the reference's difficulty mix is split as the optimiser planned.
-
-Scorers: :class:`LengthScorer` (empirical CDF of prompt length over the reference; cheap, used until a
-learned router exists) and the quality side's learned router (``plan.routing.router``), loaded through
-``boute.quality.load_router`` when that module is installed.
+A :class:`Scorer` maps prompts to a difficulty in [0, 1] (higher = needs a larger model). The plan names its
+scorer (``routing.scorer``) and the prompts its thresholds were cut on (``routing.reference``): ``learned``
+loads the plan's own router from its bundle, ``length`` scores by prompt length over the reference. Nothing
+else is ever substituted: a plan whose scorer cannot be loaded is refused. Thresholds are the plan's, or cut
+from its fractions on the reference by the same function the optimiser uses
+(:func:`boute.quality.policy.thresholds_for_fractions`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-import csv
 import logging
-from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from boute.specs.plan import Plan
+from boute.errors import SpecError
+from boute.quality.policy import thresholds_for_fractions
+from boute.specs.plan import Plan, Routing
 
 log = logging.getLogger("boute.router.policy")
-
-REFERENCE_PROFILE = "builtin:gsm8k"
-REFERENCE_SAMPLE = 256
 
 
 @runtime_checkable
@@ -45,12 +42,13 @@ class Judge(Protocol):
 class LengthScorer:
     """Difficulty = share of reference prompts shorter than this one (longer prompts -> larger tier).
 
-    A deliberately simple stand-in for the learned router: O(log n) per prompt, no model.
+    A deliberately simple scorer, chosen explicitly in a plan (``routing.scorer: length``): O(log n) per
+    prompt, no model.
     """
 
     cheap = True
 
-    def __init__(self, reference: Sequence[str]) -> None:
+    def __init__(self, reference: list[str] | tuple[str, ...]) -> None:
         self._lengths = sorted(len(p) for p in reference) or [0]
 
     def score_one(self, prompt: str) -> float:
@@ -73,39 +71,35 @@ class ScorerJudge:
         return 1.0 - float(self.scorer.score([prompt])[0])
 
 
+def _resolve(ref: str, root: Path) -> str | Path:
+    return ref if ref.startswith("builtin:") else root / ref
+
+
 @lru_cache(maxsize=4)
-def reference_prompts(profile: str = REFERENCE_PROFILE, n: int = REFERENCE_SAMPLE) -> tuple[str, ...]:
-    """An evenly spaced sample of a profile's prompts (deterministic, so every instance agrees)."""
-    from boute.data import data_path
+def reference_prompts(reference: str, root: Path) -> tuple[str, ...]:
+    """All prompts of the reference profile, in profile order (what thresholds are cut on)."""
+    from boute.quality.profiles import load_profile
 
-    path = data_path(profile)
-    with open(path, newline="", encoding="utf-8") as fh:
-        prompts = [row["prompt"] for row in csv.DictReader(fh) if row.get("prompt")]
-    if len(prompts) <= n:
-        return tuple(prompts)
-    idx = np.linspace(0, len(prompts) - 1, n).astype(int)
-    return tuple(prompts[i] for i in idx)
+    return tuple(load_profile(_resolve(reference, root)).prompts)
 
 
-def load_scorer(router_file: str | None) -> Scorer:
-    """The plan's learned router if given and the quality package is there, else the length scorer."""
-    if router_file:
+def load_scorer(routing: Routing, root: Path, file: str | Path | None = None) -> Scorer | None:
+    """The plan's scorer (None when the plan needs none: one loaded tier, or a cascade without one)."""
+    if routing.scorer == "learned":
+        from boute.quality.router import load_router
+
+        assert routing.router is not None  # the plan's validator guarantees it
         try:
-            from boute.quality import load_router  # type: ignore[attr-defined]
-        except ImportError:
-            log.warning("plan names router %s but boute.quality is not available: using prompt length", router_file)
-        else:
-            return load_router(router_file)
-    return LengthScorer(reference_prompts())
+            return load_router(root / routing.router)
+        except SpecError as exc:
+            raise SpecError(file, "routing.router", str(exc)) from None
+    if routing.scorer == "length":
+        assert routing.reference is not None
+        return LengthScorer(reference_prompts(routing.reference, root))
+    return None
 
 
-def thresholds_from_fractions(scores: np.ndarray, fractions: Sequence[float]) -> list[float]:
-    """Score cut points so that ``fractions[i]`` of the reference lands in tier i (pre-route)."""
-    cum = np.cumsum(np.asarray(fractions, dtype=float))[:-1]
-    return [float(x) for x in np.quantile(scores, np.clip(cum, 0.0, 1.0))]
-
-
-def cascade_thresholds(judge_scores: np.ndarray, fractions: Sequence[float]) -> list[float]:
+def cascade_thresholds(judge_scores: np.ndarray, fractions: list[float]) -> list[float]:
     """Judge cut points so that ``fractions[i]`` of queries are accepted at tier i.
 
     Approximation: the judge's score distribution is taken as the same at every hop, so tier i accepts
@@ -120,25 +114,96 @@ def cascade_thresholds(judge_scores: np.ndarray, fractions: Sequence[float]) -> 
     return out
 
 
+class ScoreBatcher:
+    """Collects the prompts of one event-loop turn and scores them with one ``scorer.score`` call.
+
+    Why: a static-embedding router's per-prompt cost is mostly fixed overhead (tokenizer call, numpy calls);
+    batched, that is paid once per loop turn, and under load a turn brings many requests. A lone prompt waits
+    for nothing but the end of the current turn. ``score`` of a batch equals ``score_one`` per prompt up to
+    float rounding (~1e-16), and thresholds are cut on batched scores of the reference anyway.
+    """
+
+    def __init__(self, scorer: Any) -> None:
+        self.scorer = scorer
+        self.loop = asyncio.get_running_loop()
+        self.pending: list[tuple[str, asyncio.Future[float]]] = []
+
+    def submit(self, prompt: str) -> asyncio.Future[float]:
+        fut: asyncio.Future[float] = self.loop.create_future()
+        if not self.pending:
+            self.loop.call_soon(self._flush)
+        self.pending.append((prompt, fut))
+        return fut
+
+    def _flush(self) -> None:
+        batch, self.pending = self.pending, []
+        try:
+            scores = [float(x) for x in self.scorer.score([p for p, _ in batch])]
+        except Exception:  # one bad prompt must not fail the others: score them one by one
+            for p, f in batch:
+                if not f.done():
+                    try:
+                        f.set_result(float(self.scorer.score([p])[0]))
+                    except Exception as exc:
+                        f.set_exception(exc)
+            return
+        for (_, f), sc in zip(batch, scores, strict=True):
+            if not f.done():
+                f.set_result(sc)
+
+
 class RoutePolicy:
     """A plan's routing, compiled: tiers, thresholds, mode, scorer. Immutable once built."""
 
-    def __init__(self, plan: Plan, scorer: Scorer | None = None, judge: Judge | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        root: Path | None = None,
+        scorer: Scorer | None = None,
+        judge: Judge | None = None,
+        file: str | Path | None = None,
+    ) -> None:
+        """``root``: the folder the plan's bundle paths resolve against; ``scorer`` replaces the plan's (tests)."""
         r = plan.routing
+        root = root or Path.cwd()
         self.plan = plan
         self.mode = r.mode
         self.tiers: tuple[str, ...] = tuple(r.tiers)
-        self.scorer: Scorer = scorer if scorer is not None else load_scorer(r.router)
+        self.scorer: Scorer | None = scorer if scorer is not None else load_scorer(r, root, file)
         self._score_one = getattr(self.scorer, "score_one", None)
-        self.cheap = bool(getattr(self.scorer, "cheap", False))
-        self.judge: Judge = judge if judge is not None else ScorerJudge(self.scorer)
-        ref = list(reference_prompts())
+        self._batcher: ScoreBatcher | None = None
+        #: where prompts are scored. ``inline``: on the event loop, one call per prompt (no scorer, the length
+        #: CDF at ~1 µs, or another scorer that declares itself ``cheap``). ``batch``: on the event loop, the
+        #: prompts of one loop turn in one ``score`` call (static-embedding routers: ~0.12-0.2 ms of CPU per prompt,
+        #: mostly per-call overhead; under wrk batches held ~12 prompts and CPU per request fell from ~350 to
+        #: ~250 µs against scoring inline, and a worker thread cost more than the scoring itself; see
+        #: docs/router.md). ``thread``: a worker thread (MiniLM: milliseconds per prompt).
+        self.scoring: str
+        if self.scorer is None or isinstance(self.scorer, LengthScorer):
+            self.scoring = "inline"
+        elif getattr(self.scorer, "embedder_kind", None) == "static":
+            self.scoring = "batch"
+        elif getattr(self.scorer, "cheap", False):
+            self.scoring = "inline"
+        else:
+            self.scoring = "thread"
+        self.cheap = self.scoring != "thread"  # never queued behind a worker thread
+        fr = list(r.fractions or [])
         if r.thresholds is not None:
             self.thresholds = [float(t) for t in r.thresholds]
-        elif self.mode == "preroute":
-            self.thresholds = thresholds_from_fractions(self.scorer.score(ref), r.fractions or [])
+        elif self.mode == "preroute" and self.scorer is not None:
+            assert r.reference is not None
+            ref = list(reference_prompts(r.reference, root))
+            self.thresholds = [float(t) for t in thresholds_for_fractions(self.scorer.score(ref), fr)]
+        elif self.mode == "preroute":  # no split: everything to the one loaded tier
+            only = next(i for i, f in enumerate(fr) if f > 0)
+            self.thresholds = [-np.inf] * only + [np.inf] * (len(self.tiers) - 1 - only)
         else:
-            self.thresholds = cascade_thresholds(1.0 - self.scorer.score(ref), r.fractions or [])
+            if self.scorer is None:
+                raise SpecError(file, "routing.scorer", "a cascade without a judge needs a scorer for its stand-in")
+            ref = list(reference_prompts(r.reference or "builtin:gsm8k", root))
+            self.thresholds = cascade_thresholds(1.0 - self.scorer.score(ref), fr)
+        self.judge: Judge | None = judge if judge is not None else (ScorerJudge(self.scorer) if self.scorer else None)
         # model-name aliases that force a tier (RouteLLM style "router-<tier>", the bare tier, its model)
         self.forced: dict[str, int] = {}
         for i, t in enumerate(self.tiers):
@@ -159,14 +224,24 @@ class RoutePolicy:
             return self.forced[name]
         return False
 
+    async def score_batched(self, prompt: str) -> float:
+        """Score with the prompts that arrive in the same event-loop turn, in one ``score`` call."""
+        b = self._batcher
+        if b is None:
+            b = self._batcher = ScoreBatcher(self.scorer)
+        return await b.submit(prompt)
+
     def score_sync(self, prompt: str) -> float:
         if self._score_one is not None:
             return float(self._score_one(prompt))
+        if self.scorer is None:
+            return 0.0
         return float(self.scorer.score([prompt])[0])
 
     def tier_for_score(self, score: float) -> int:
-        """Pre-route: the number of thresholds at or below the score."""
-        return bisect.bisect_right(self.thresholds, score)
+        """Pre-route: the number of thresholds below the score (tier k serves ``t[k-1] < d <= t[k]``, the rule
+        of :class:`boute.quality.policy.QualityModel`)."""
+        return bisect.bisect_left(self.thresholds, score)
 
     def accepts(self, hop: int, judge_score: float) -> bool:
         """Cascade: keep tier ``hop``'s answer when the judge score reaches that hop's threshold."""

@@ -5,36 +5,24 @@ its point of view. Until then any failure (refused connection, reset, timeout, 5
 invisible: the replica is charged a failure and the next-best replica of the same tier is tried.
 Streaming responses are only handed to the client after the upstream's first chunk has arrived.
 
-The client is aiohttp, not httpx: measured on this project's bench, httpx's connection pool managed ~85
-req/s at 50 concurrent requests where aiohttp managed ~460 on the same backend (see docs/router.md).
+The HTTP client is :mod:`router.upstream` (keep-alive HTTP/1.1 on asyncio protocols + httptools). It replaced
+aiohttp, which had replaced httpx: on this project's bench httpx's pool managed ~85 req/s at 50 concurrent
+requests where aiohttp managed ~460, and under wrk aiohttp's client machinery was then the largest cost of the
+proxy itself (figures in docs/router.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
-from multidict import CIMultiDict
-from yarl import URL
 
 from router.balancer import Balancer, Replica
 from router.config import Settings
-
-#: built once: aiohttp would otherwise copy a plain dict into a CIMultiDict on every request
-JSON_HEADERS = CIMultiDict({"content-type": "application/json"})
-
-
-def _target(r: Replica, path: str) -> URL:
-    """The replica's parsed URL for ``path``, cached on the replica (yarl parsing costs µs per request)."""
-    url = r.targets.get(path)
-    if url is None:
-        url = r.targets[path] = URL(r.url + path)
-    return url
+from router.upstream import Connection, Endpoint, Pool, UpstreamError
 
 
 class NoReplica(Exception):
@@ -56,36 +44,37 @@ class Result:
 
 @dataclass(slots=True)
 class Stream:
-    response: aiohttp.ClientResponse
+    """An upstream stream whose first chunk has arrived; :meth:`Proxy.relay` sends the rest and ends it."""
+
+    conn: Connection
     first: bytes
-    chunks: AsyncIterator[bytes]
     replica: Replica
     upstream_s: float
+    finished: bool = False
 
 
-#: errors that mean "this replica failed" (refused, reset, timed out, truncated)
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+def make_client(settings: Settings) -> Pool:
+    """One connection pool per gateway (call inside the running loop)."""
+    return Pool(settings.connect_timeout_s, settings.upstream_timeout_s)
 
 
-def make_client(settings: Settings) -> aiohttp.ClientSession:
-    """One pooled session per gateway (call inside the running loop)."""
-    timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.upstream_timeout_s
-    )
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector, timeout=timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
-    )
+def _endpoint(pool: Pool, r: Replica) -> Endpoint:
+    """The replica's parsed address, cached on the replica (parsing costs µs per request)."""
+    ep = r.targets.get("")
+    if ep is None:
+        ep = r.targets[""] = pool.endpoint(r.url)
+    return ep
 
 
 class Proxy:
-    def __init__(self, client: aiohttp.ClientSession, balancer: Balancer, settings: Settings) -> None:
+    def __init__(self, client: Pool, balancer: Balancer, settings: Settings) -> None:
         self.client = client
         self.balancer = balancer
         self.attempts = settings.retries + 1
 
     @staticmethod
     def _payload(body: dict[str, Any], replica: Replica) -> bytes:
+        """The client's body with ``model`` set to the replica's model (everything else unchanged)."""
         return orjson.dumps({**body, "model": replica.spec.model})
 
     async def complete(self, tier: str, path: str, body: dict[str, Any]) -> Result:
@@ -93,20 +82,21 @@ class Proxy:
         tried: tuple[Replica, ...] = ()
         last: str | None = None
         bal = self.balancer
+        pool = self.client
         for _ in range(self.attempts):
             r = bal.pick(tier, tried)
             if r is None:
                 break
             tried += (r,)
+            ep = _endpoint(pool, r)
             r.outstanding += 1
             t0 = time.perf_counter()
             try:
-                async with self.client.post(
-                    _target(r, path), data=self._payload(body, r), headers=JSON_HEADERS
-                ) as resp:
-                    status, content = resp.status, await resp.read()
-            except UPSTREAM_ERRORS as exc:
-                bal.failure(r, refused=isinstance(exc, aiohttp.ClientConnectorError))
+                conn, status = await pool.request(ep, ep.head("POST", path), self._payload(body, r))
+                content = await conn.body()
+                pool.release(conn)
+            except UpstreamError as exc:
+                bal.failure(r, refused=exc.refused)
                 last = f"{r.id}: {type(exc).__name__}"
                 continue
             finally:
@@ -124,38 +114,40 @@ class Proxy:
         tried: tuple[Replica, ...] = ()
         last: str | None = None
         bal = self.balancer
+        pool = self.client
         for _ in range(self.attempts):
             r = bal.pick(tier, tried)
             if r is None:
                 break
             tried += (r,)
+            ep = _endpoint(pool, r)
             r.outstanding += 1
             t0 = time.perf_counter()
-            resp: aiohttp.ClientResponse | None = None
+            conn: Connection | None = None
             try:
-                resp = await self.client.post(_target(r, path), data=self._payload(body, r), headers=JSON_HEADERS)
-                if resp.status >= 400:
-                    content = await resp.read()
-                    resp.release()
+                conn, status = await pool.request(ep, ep.head("POST", path), self._payload(body, r), stream=True)
+                if status >= 400:
+                    content = await conn.body()
+                    pool.release(conn)
                     r.outstanding -= 1
-                    if resp.status >= 500:
+                    if status >= 500:
                         bal.failure(r)
-                        last = f"{r.id}: HTTP {resp.status}"
+                        last = f"{r.id}: HTTP {status}"
                         continue
-                    return Result(resp.status, content, r, time.perf_counter() - t0)
-                first = await resp.content.readany()
+                    return Result(status, content, r, time.perf_counter() - t0)
+                first = await conn.chunk()
                 if not first:
-                    raise aiohttp.ClientPayloadError("empty stream")
-                return Stream(resp, first, resp.content.iter_any(), r, time.perf_counter() - t0)
-            except UPSTREAM_ERRORS as exc:
-                if resp is not None:
-                    resp.close()
+                    raise UpstreamError("empty stream")
+                return Stream(conn, first, r, time.perf_counter() - t0)
+            except UpstreamError as exc:
+                if conn is not None:
+                    pool.discard(conn)
                 r.outstanding -= 1
-                bal.failure(r, refused=isinstance(exc, aiohttp.ClientConnectorError))
+                bal.failure(r, refused=exc.refused)
                 last = f"{r.id}: {type(exc).__name__}"
             except BaseException:
-                if resp is not None:
-                    resp.close()
+                if conn is not None:
+                    pool.discard(conn)
                 r.outstanding -= 1
                 raise
         raise NoReplica(tier, len(tried), last)
@@ -163,22 +155,31 @@ class Proxy:
     async def relay(self, s: Stream) -> AsyncIterator[bytes]:
         """Yield the stream to the client; a mid-stream failure ends it with an SSE error event."""
         ok, done = True, False
+        conn = s.conn
         try:
             yield s.first
-            async for chunk in s.chunks:
+            while chunk := await conn.chunk():
                 yield chunk
             done = True
-        except UPSTREAM_ERRORS as exc:
+        except UpstreamError as exc:
             ok = False
             err = {"error": {"message": f"upstream failed mid-stream: {type(exc).__name__}", "type": "upstream_error"}}
             yield b"data: " + orjson.dumps(err) + b"\n\n"
         finally:
-            s.replica.outstanding -= 1
-            if ok:
-                self.balancer.success(s.replica)
-            else:
-                self.balancer.failure(s.replica)
-            if done:
-                s.response.release()  # finished: keep the connection for reuse
-            else:
-                s.response.close()  # client left (or failure): drop it, which cancels the upstream sequence
+            self.finish(s, ok, done)
+
+    def finish(self, s: Stream, ok: bool, done: bool) -> None:
+        """Settle a stream once: the replica's count and health, and its connection (kept for reuse only when
+        the stream ran to its end; dropped otherwise, which cancels the upstream sequence)."""
+        if s.finished:
+            return
+        s.finished = True
+        s.replica.outstanding -= 1
+        if ok:
+            self.balancer.success(s.replica)
+        else:
+            self.balancer.failure(s.replica)
+        if done:
+            self.client.release(s.conn)
+        else:
+            self.client.discard(s.conn)

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import logging
 import sys
+from pathlib import Path
 
 from router.config import Settings
 
@@ -18,7 +19,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
     import uvicorn
 
     from router.app import create_app, fast_app
-    from router.http_protocol import CoalescingHttpToolsProtocol
+    from router.http_protocol import gateway_protocol
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -26,7 +27,8 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
         host=host,
         port=port,
         loop="uvloop",
-        http=CoalescingHttpToolsProtocol,  # httptools, one write per small response
+        # httptools; completion requests served from the parser callbacks, one write per response
+        http=gateway_protocol(app.state.gateway),
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),
@@ -54,6 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.from_env(
         plan=args.plan, backends=args.backends, redis_url=args.redis_url, redis_prefix=args.redis_prefix
     )
+    if settings.plan:  # a plan that cannot be served is one line and exit 2, before anything listens
+        from boute.errors import BouteError
+        from boute.serving.bundle import open_plan
+        from router.policy import RoutePolicy
+
+        try:
+            RoutePolicy(open_plan(settings.plan), Path(settings.plan).parent, file=settings.plan)
+        except BouteError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     # uvicorn drains, then re-raises the SIGINT it caught: a clean stop, not an error
     with contextlib.suppress(KeyboardInterrupt):
         serve(settings, args.host, args.port, args.log_level)

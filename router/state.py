@@ -46,7 +46,7 @@ class SharedState:
         self.connected = False
         self._on_change = on_change
         self._on_down = on_down
-        keys = RedisKeys(settings.redis_prefix)
+        self.keys = keys = RedisKeys(settings.redis_prefix)
         self.k_plan, self.k_plan_version, self.k_backends, self.k_down, self.channel = (
             keys.plan,
             keys.plan_version,
@@ -125,6 +125,20 @@ class SharedState:
             await self._redis.publish(self.channel, orjson.dumps({"kind": "down", "id": backend_id, "ttl": ttl}))
         except Exception as exc:
             log.debug("report_down failed: %s", exc)
+
+    def fetch_artifact(self, sha256: str) -> bytes | None:
+        """A plan bundle file's bytes from the shared store (blocking: called while compiling a plan)."""
+        if self.settings.redis_url is None:
+            return None
+        import redis
+
+        try:
+            with redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=1.0, socket_timeout=5.0) as r:
+                data = r.get(self.keys.artifact(sha256))
+        except redis.RedisError as exc:
+            log.warning("artifact %s: shared store unavailable: %s", sha256[:12], exc)
+            return None
+        return bytes(data) if data is not None else None
 
     # ---- following Redis ----------------------------------------------------------------------
     def _apply(self, plan: Plan | None, backends: list[BackendSpec], version: int) -> None:

@@ -10,7 +10,7 @@ import httpx
 
 PLAN_A = {
     "scenario": "builtin:paper-gsm8k",
-    "routing": {"tiers": ["small", "large"], "fractions": [0.5, 0.5]},
+    "routing": {"tiers": ["small", "large"], "fractions": [0.5, 0.5], "scorer": "length", "reference": "builtin:gsm8k"},
     "deployment": [
         {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 2},
         {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4},
@@ -18,7 +18,7 @@ PLAN_A = {
 }
 PLAN_B = {
     "scenario": "builtin:paper-gsm8k",
-    "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4]},
+    "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4], "scorer": "length", "reference": "builtin:gsm8k"},
     "deployment": [
         {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-5090", "count": 1},
         {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 1},

@@ -39,8 +39,17 @@ class SyntheticEvaluator:
     fidelity = 0
     mode = "preroute"
 
-    def __init__(self, scenario: Scenario, tier_quality: tuple[float, ...] | None = None, delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        tier_quality: tuple[float, ...] | None = None,
+        delay_s: float = 0.0,
+        load: float = 0.6,
+    ) -> None:
+        """``load``: share of the scenario's rate offered (the M/M/1 stand-in queues harder than the fast
+        path, so at the full rate the feasible region is a sliver that any perf-model change can close)."""
         self.scenario = scenario
+        self.load = load
         n = len(scenario.tiers)
         self.tier_quality = np.asarray(tier_quality or np.linspace(0.6, 0.9, n))
         self.quality_model = SyntheticQuality(self.tier_quality)
@@ -59,7 +68,7 @@ class SyntheticEvaluator:
         if self.delay_s:
             time.sleep(self.delay_s)
         cat = _catalog(self.scenario)
-        rate = self.scenario.workload.rate_rps
+        rate = self.scenario.workload.rate_rps * self.load
         p95 = 0.0
         cap_total = 0.0
         for ti, tier in enumerate(self.scenario.tiers):
@@ -89,3 +98,32 @@ class SyntheticEvaluator:
             wall_s=time.perf_counter() - t0,
             evaluator=self.name,
         )
+
+
+class SkewedEvaluator(SyntheticEvaluator):
+    """The synthetic evaluator with every P95 multiplied by ``skew``, under its own name and fidelity.
+
+    A pair of them plays a search evaluator and a confirming one that disagree (issue 13: the fast path put a
+    plan at 3.17 s that the simulator put at 38.5 s): ``skew < 1`` is a search evaluator that is optimistic
+    everywhere, ``skew = 1`` the truth, a huge ``skew`` a confirming evaluator that rejects every plan.
+    """
+
+    def __init__(self, scenario: Scenario, name: str, fidelity: int, skew: float, **kw: object) -> None:
+        super().__init__(scenario, **kw)  # type: ignore[arg-type]
+        self.name, self.fidelity, self.skew = name, fidelity, skew
+
+    def __call__(self, cand: Candidate) -> EvalResult:
+        r = super().__call__(cand)
+        p95 = min(OVERLOAD_P95_S, r.p95_latency_s * self.skew)
+        feasible = self.scenario.goal.met_by(r.quality, p95, r.cost_per_hour)
+        return EvalResult(**{**r.to_dict(), "p95_latency_s": p95, "feasible": feasible, "evaluator": self.name})
+
+
+def optimistic_evaluator(scenario: Scenario, mode: str = "preroute", **_: object) -> SkewedEvaluator:
+    """Registry factory: a search evaluator (fidelity 0) reporting a fifth of the true P95."""
+    return SkewedEvaluator(scenario, "skew-fast", 0, 0.2)
+
+
+def rejecting_evaluator(scenario: Scenario, mode: str = "preroute", **_: object) -> SkewedEvaluator:
+    """Registry factory: a confirming evaluator (fidelity 1) whose P95 is beyond every cap."""
+    return SkewedEvaluator(scenario, "skew-strict", 1, 1e4)

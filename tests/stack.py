@@ -21,7 +21,13 @@ from boute.specs.plan import Plan
 #: a small two-tier plan on three GPU types (used by tests and the bench)
 TEST_PLAN: dict[str, Any] = {
     "scenario": "builtin:paper-gsm8k",
-    "routing": {"mode": "preroute", "tiers": ["small", "large"], "fractions": [0.5, 0.5]},
+    "routing": {
+        "mode": "preroute",
+        "tiers": ["small", "large"],
+        "fractions": [0.5, 0.5],
+        "scorer": "length",
+        "reference": "builtin:gsm8k",
+    },
     "deployment": [
         {"tier": "small", "model": "llama-3.1-8b", "gpu": "h100-sxm", "count": 1},
         {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 1},

@@ -22,7 +22,7 @@ HARDWARE_MD = {
     "rtx-4090": (165, 24, 1008),
     "rtx-3090": (71, 24, 936),
 }
-NO_FP8 = {"a100-80gb", "a100-40gb", "rtx-a6000", "a40", "rtx-3090", "t4"}  # Ampere, Turing
+NO_FP8 = {"a100-80gb", "a100-80gb-pcie", "a100-40gb", "rtx-a6000", "a40", "rtx-3090", "t4"}  # Ampere, Turing
 RUNPOD_MAR_2026 = {"h200-sxm": 3.59, "h100-sxm": 2.69, "h100-pcie": 1.99, "a100-80gb": 1.39, "l40s": 0.79,
                    "l40": 0.69, "l4": 0.44, "rtx-4090": 0.34, "rtx-3090": 0.22}  # fmt: skip
 

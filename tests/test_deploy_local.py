@@ -92,13 +92,24 @@ def test_cli_deploy_status_down(tmp_path: Path, redis_url: str) -> None:
     bad = tmp_path / "bad.json"
     bad_dep = [{"tier": "small", "model": "llama-3.1-8b", "gpu": "nope"}, PLAN_A["deployment"][1]]
     bad.write_text(json.dumps({**PLAN_A, "deployment": bad_dep}))
-    r = _boute("deploy", str(bad), "--emulate", "--dir", str(d), env=env)
+    r = _boute("deploy", "up", str(bad), "--emulate", "--dir", str(d), env=env)
     assert r.returncode == 2 and "deployment[0].gpu" in r.stderr and "Traceback" not in r.stderr
-    r = _boute("deploy", str(plan), "--target", "moon", "--dir", str(d), env=env)
+    r = _boute("deploy", "up", str(plan), "--target", "moon", "--dir", str(d), env=env)
     assert r.returncode == 2 and "--target" in r.stderr
     try:
         r = _boute(
-            "deploy", str(plan), "--emulate", "--speedup", "20", "--dir", str(d), "--prefix", prefix, "--json", env=env
+            "deploy",
+            "up",
+            str(plan),
+            "--emulate",
+            "--speedup",
+            "20",
+            "--dir",
+            str(d),
+            "--prefix",
+            prefix,
+            "--json",
+            env=env,
         )
         assert r.returncode == 0, r.stderr
         st = json.loads(r.stdout)

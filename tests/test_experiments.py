@@ -30,12 +30,14 @@ def _doc(results: Path, name: str) -> dict:
     return json.loads((results / f"{name}.json").read_text())
 
 
+@pytest.mark.slow  # runs every experiment at smoke size (minutes on 2 shared cores)
 def test_every_experiment_writes_json_markdown_and_png(results: Path) -> None:
     pngs = {
         "main_comparison": "main_throughput",
         "scaling": "scaling",
         "ablations": "ablations",
         "sensitivity": "sensitivity",
+        "cost": "cost",
     }
     for name in EXPERIMENTS:
         doc = _doc(results, name)
@@ -44,6 +46,7 @@ def test_every_experiment_writes_json_markdown_and_png(results: Path) -> None:
         assert (results / f"{pngs[name]}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # runs every experiment at smoke size (minutes on 2 shared cores)
 def test_main_comparison_rows_follow_their_definitions(results: Path) -> None:
     from experiments.systems import SYSTEMS
 
@@ -88,6 +91,7 @@ def test_cascadia_milp_respects_inventory_and_budget() -> None:
     assert solve_deployment(evs, table, np.array([1e5, 1e5])) is None
 
 
+@pytest.mark.slow  # runs every experiment at smoke size (minutes on 2 shared cores)
 def test_scaling_ablation_and_sensitivity_figures(results: Path) -> None:
     sc = _doc(results, "scaling")["rows"][0]
     assert sc["evals"] >= 1 and sc["wall_s"] > 0 and sc["dim"] > 0
@@ -105,6 +109,7 @@ def test_scaling_ablation_and_sensitivity_figures(results: Path) -> None:
     assert rows["load x1.5"]["fixed_p95_s"] >= rows["nominal"]["fixed_p95_s"] * 0.98
 
 
+@pytest.mark.slow  # runs every experiment at smoke size (minutes on 2 shared cores)
 def test_tracking_rows_and_readme(results: Path) -> None:
     from boute.tracking import open_store
 
@@ -117,9 +122,48 @@ def test_tracking_rows_and_readme(results: Path) -> None:
     assert any(n.startswith("exp/main_comparison/mtbench-f83/boute/") for n in names)
     assert any("/boute-trials/" in n and r["trials"] > 0 for n, r in zip(names, rows, strict=True))
     readme = (results / "README.md").read_text()
-    for heading in ("## 1. Main comparison", "## 2. Scaling", "## 3. Ablations", "## 4. Sensitivity"):
+    for heading in (
+        "## 1. Main comparison",
+        "## 2. Scaling",
+        "## 3. Ablations",
+        "## 4. Sensitivity",
+        "## 5. Cost at equal performance",
+    ):
         assert heading in readme
     assert "+59%" in readme and "23.5 s" in readme
+
+
+@pytest.mark.slow  # runs every experiment at smoke size (minutes on 2 shared cores)
+def test_cost_figures_follow_their_definitions(results: Path) -> None:
+    """Issue 12: every saving is derived from simulator-confirmed costs in the file, never typed in."""
+    from experiments.cost import BASELINES, NOMINAL_BUDGET
+
+    doc = _doc(results, "cost")
+    ((name, sc),) = doc["scenarios"].items()
+    cap = sc["p95_cap_s"]
+    assert set(sc["at_30"]) == {"boute", *BASELINES}
+    for r in sc["at_30"].values():
+        if r["sim_rate_rps"]:
+            assert r["plan_cost_per_hour"] <= NOMINAL_BUDGET + 1e-6
+            assert r["rate_per_dollar"] == pytest.approx(r["sim_rate_rps"] / r["plan_cost_per_hour"])
+    confirmed = [row for r in sc["matched"].values() for k, row in r.items() if isinstance(row, dict)]
+    confirmed += list(sc["nominal"].values())
+    for row in confirmed:
+        if row.get("cost_per_hour") is not None:  # a figure is always a plan the simulator accepted
+            assert row["sim_p95_s"] <= cap and row["quality"] >= sc["quality_floor"] - 1e-9
+            assert row["cost_per_hour"] <= sc["inventory_cost_per_hour"] + 1e-6
+            if row.get("source") is None:  # its own search's cheapest plan the simulator confirmed
+                assert len(row["confirmations"]) <= doc["settings"]["confirm"] and row["confirmations"][-1]["meets"]
+    for base, r in sc["matched"].items():
+        if "rate_rps" not in r:
+            continue
+        assert r["rate_rps"] == sc["at_30"][base]["sim_rate_rps"]
+        b, c = r["boute"].get("cost_per_hour"), r[base].get("cost_per_hour")
+        assert r["saving_protocol_a"] == (pytest.approx(1 - b / NOMINAL_BUDGET) if b else None)
+        assert r["saving_equal_effort"] == (pytest.approx(1 - b / c) if b and c else None)
+        # a baseline serves its own $30/h rate for at most what its rate plan costs
+        assert c is None or c <= sc["at_30"][base]["plan_cost_per_hour"] + 1e-9
+    assert "checks" in sc["goal"] and doc["summary"]["paper"]["saving_mean"] == 0.38
 
 
 def test_unknown_experiment_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:

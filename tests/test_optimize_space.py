@@ -51,7 +51,12 @@ def test_every_decoded_candidate_is_feasible(name: str, data: st.DataObject) -> 
     assert is_valid(sp, cand) is None
     # the plan file built from it passes the spec's own checks (routing only to deployed tiers)
     Plan(
-        routing=Routing(tiers=[t.name for t in sp.scenario.tiers], fractions=list(cand.fractions)),
+        routing=Routing(
+            tiers=[t.name for t in sp.scenario.tiers],
+            fractions=list(cand.fractions),
+            scorer="length",  # a split needs a named scorer; the length one needs no trained router file
+            reference=sp.scenario.quality.profile,
+        ),
         deployment=list(cand.deployment),
     )
     # the canonical point decodes to the same plan without any repair

@@ -20,7 +20,7 @@ from boute.perf import (
     save_calibration,
     scenario_catalog,
 )
-from boute.perf.measurements import fit_packaged_factors
+from boute.perf.structure import packaged_fit
 
 CAT = builtin_catalog()
 
@@ -97,9 +97,20 @@ def test_fit_recovers_known_factors(tmp_path: Path) -> None:
     assert cat.gpu("rtx-pro-6000").efficiency.compute == pytest.approx(res.efficiency.compute)
 
 
-def test_packaged_factors_are_the_fit_on_published_rows() -> None:
-    fitted = fit_packaged_factors()
-    for gpu, eff in fitted.items():
-        packaged = CAT.gpu(gpu).efficiency
-        for name in ("compute_fp8" if gpu != "a100-80gb" else "compute", "bandwidth", "step_overhead_ms"):
-            assert getattr(packaged, name) == pytest.approx(getattr(eff, name), abs=0.01), (gpu, name)
+def test_packaged_efficiencies_are_the_family_fit() -> None:
+    """gpus.yaml carries each GPU's family values of the fit in boute/perf/data/fit.json (python -m boute.perf.fit)."""
+    fam = packaged_fit().families
+    for gpu in CAT.gpus.values():
+        expected = fam.efficiency_for(gpu)
+        for name in ("compute", "compute_fp8", "compute_fp4", "bandwidth", "link", "step_overhead_ms"):
+            assert getattr(gpu.efficiency, name) == pytest.approx(getattr(expected, name), abs=0.002), (gpu.name, name)
+
+
+def test_calibration_file_still_overrides_the_fitted_family_value(tmp_path: Path) -> None:
+    f = tmp_path / "cal.yaml"
+    f.write_text("gpus:\n  rtx-pro-6000: {compute_fp4: 0.2}\n")
+    cat = apply_calibration(CAT, load_calibration(f))
+    m = CAT.model("llama-3.1-70b")
+    slow = replica_perf(m, cat.gpu("rtx-pro-6000"), dtype="fp4")
+    fast = replica_perf(m, CAT.gpu("rtx-pro-6000"), dtype="fp4")
+    assert float(slow.prefill_time(4096)) > 1.5 * float(fast.prefill_time(4096))

@@ -106,7 +106,15 @@ def test_clean_4xx_in_openai_shape(gw: str, method: str, path: str, body: bytes,
 
 def test_admin_rejects_invalid_plan_and_keeps_old(gw: str) -> None:
     before = httpx.get(gw + "/admin/plan", headers=AUTH).json()
-    bad = {**TEST_PLAN, "routing": {"tiers": ["small", "large"], "fractions": [0.9, 0.3]}}
+    bad = {
+        **TEST_PLAN,
+        "routing": {
+            "tiers": ["small", "large"],
+            "fractions": [0.9, 0.3],
+            "scorer": "length",
+            "reference": "builtin:gsm8k",
+        },
+    }
     r = httpx.put(gw + "/admin/plan", json=bad, headers=AUTH)
     assert r.status_code == 422 and "fractions must sum to 1" in r.json()["error"]["message"]
     unknown_gpu = {
@@ -128,7 +136,11 @@ def test_metrics_and_probes(gw: str) -> None:
 
 
 def test_cascade_escalates_hard_prompts_and_streams_early_answers(stack: Stack) -> None:
-    cascade = {**TEST_PLAN, "routing": {"mode": "cascade", "tiers": ["small", "large"], "fractions": [0.7, 0.3]}}
+    cascade = {
+        **TEST_PLAN,
+        "routing": {"mode": "cascade", "tiers": ["small", "large"], "fractions": [0.7, 0.3]}
+        | {"scorer": "length", "reference": "builtin:gsm8k"},
+    }
     plan_file = stack.workdir / "cascade.json"
     plan_file.write_text(json.dumps(cascade))
     url, _ = stack.gateway(BOUTE_PLAN=str(plan_file))

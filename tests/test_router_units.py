@@ -12,7 +12,9 @@ from boute.specs.plan import Plan
 from router.balancer import Balancer, replica_capacity
 from router.config import Settings
 from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
-from router.policy import LengthScorer, RoutePolicy, cascade_thresholds, thresholds_from_fractions
+from boute.catalog import builtin_catalog
+from boute.quality.policy import thresholds_for_fractions
+from router.policy import LengthScorer, RoutePolicy, cascade_thresholds
 from tests.stack import TEST_PLAN
 
 
@@ -25,8 +27,8 @@ def test_settings_env_then_overrides() -> None:
 
 def test_fraction_thresholds_split_reference_as_planned() -> None:
     scores = np.random.default_rng(0).random(10_000)
-    th = thresholds_from_fractions(scores, [0.2, 0.5, 0.3])
-    tiers = np.searchsorted(th, scores, side="right")
+    th = thresholds_for_fractions(scores, [0.2, 0.5, 0.3])
+    tiers = np.searchsorted(th, scores, side="left")
     assert np.allclose(np.bincount(tiers) / len(scores), [0.2, 0.5, 0.3], atol=0.01)
     # cascade: accepted share at each hop matches the fractions under the same-distribution assumption
     ct = cascade_thresholds(scores, [0.6, 0.4])
@@ -53,9 +55,9 @@ def _balancer(**kw: float) -> Balancer:
 
 
 def test_capacity_weights_and_least_outstanding() -> None:
-    assert replica_capacity("llama-3.1-8b", "h100-sxm", 1, 1, "bf16") > replica_capacity(
-        "llama-3.1-8b", "rtx-4090", 1, 1, "bf16"
-    )
+    cat = builtin_catalog()
+    fast_cap = replica_capacity(cat, "llama-3.1-8b", "h100-sxm", 1, 1, "bf16")
+    assert fast_cap is not None and fast_cap > (replica_capacity(cat, "llama-3.1-8b", "rtx-4090", 1, 1, "bf16") or 0)
     bal = _balancer()
     fast, slow = bal.pools["small"]
     counts = {fast.id: 0, slow.id: 0}

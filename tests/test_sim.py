@@ -25,7 +25,11 @@ def sc():  # type: ignore[no-untyped-def]
 
 def _plan(groups: list[dict], tiers=("small",), fractions=(1.0,), mode="preroute") -> Plan:  # type: ignore[no-untyped-def]
     return Plan.model_validate(
-        {"routing": {"mode": mode, "tiers": list(tiers), "fractions": list(fractions)}, "deployment": groups}
+        {
+            "routing": {"mode": mode, "tiers": list(tiers), "fractions": list(fractions), "scorer": "length"}
+            | {"reference": "builtin:gsm8k"},
+            "deployment": groups,
+        }
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from boute.cli.main import main
 
 PLAN = {
-    "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4]},
+    "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4], "scorer": "length", "reference": "builtin:gsm8k"},
     "deployment": [
         {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 2},
         {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4},

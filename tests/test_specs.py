@@ -78,7 +78,13 @@ models:
 
 def _plan_dict(**over) -> dict:
     plan = {
-        "routing": {"mode": "preroute", "tiers": ["small", "large"], "fractions": [0.6, 0.4]},
+        "routing": {
+            "mode": "preroute",
+            "tiers": ["small", "large"],
+            "fractions": [0.6, 0.4],
+            "scorer": "length",
+            "reference": "builtin:gsm8k",
+        },
         "deployment": [
             {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090", "count": 4},
             {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4},
@@ -142,10 +148,10 @@ def test_plans_name_a_scenario_that_loads_again(tmp_path) -> None:  # noqa: ANN0
 
     builtin = load_scenario("builtin:small-live")
     cand = Space.build(builtin).decode(np.full(Space.build(builtin).dim, 0.5))
-    assert candidate_plan(builtin, cand).scenario == "builtin:small-live"
+    assert candidate_plan(builtin, cand, router="r.npz").scenario == "builtin:small-live"
     copy = tmp_path / "mine.yaml"
     copy.write_text(builtin.source.read_text())
     mine = load_scenario(copy)
-    ref = candidate_plan(mine, cand).scenario
+    ref = candidate_plan(mine, cand, router="r.npz").scenario
     assert ref == str(copy.resolve()) and load_scenario(ref).name == "small-live"
     assert load_scenario("small-live").reference == "builtin:small-live"  # older plans' bare names

@@ -56,7 +56,7 @@ def test_migrations_create_the_schema_and_are_idempotent(db_url: str) -> None:
     names = set(inspect(s2.engine).get_table_names())
     assert {"experiments", "trials", "pareto_fronts", "plans", "alembic_version"} | PROFILE_TABLES <= names
     with s2.engine.connect() as c:
-        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
     s2.close()
 
 
@@ -86,10 +86,10 @@ def test_resume_continues_from_stored_trials(db_url: str) -> None:
     first = optimize(sc, strategy="nsga2", evaluator=ev, max_evals=15, patience=None, store=store, experiment="r")
     calls = ev.calls
     again = optimize(sc, strategy="nsga2", evaluator=ev, max_evals=30, patience=None, store=store, experiment="r")
-    assert again.resumed_trials == 15
+    assert again.resumed_trials == len(first.trials) and first.evaluations == 15  # screened ones are stored too
     assert ev.calls - calls <= 15  # only the new trials were evaluated (cached duplicates cost nothing)
     rows = store.trial_rows(first.experiment_id)
-    assert [r.index for r in rows] == list(range(30))
+    assert [r.index for r in rows] == list(range(len(again.trials))) and again.evaluations == 30
     # the stored run equals an uninterrupted one: no trial lost, none repeated
     fresh = optimize(sc, strategy="nsga2", evaluator=SyntheticEvaluator(sc), max_evals=30, patience=None)
     assert [r.params["x"] for r in rows] == [list(t.x) for t in fresh.trials]
@@ -261,14 +261,14 @@ def test_migration_upgrades_a_0001_database_in_place(db_url: str) -> None:
             )
     finally:
         eng.dispose()
-    store = open_store(db_url)  # migrates 0001 -> 0002
+    store = open_store(db_url)  # migrates 0001 -> 0003
     try:
         names = set(inspect(store.engine).get_table_names())
         assert names >= PROFILE_TABLES
         indexes = {i["name"] for i in inspect(store.engine).get_indexes("profile_runs")}
         assert "ix_profile_runs_gpu" in indexes
         with store.engine.connect() as c:
-            assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+            assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
         old = store.experiment("old")
         assert old is not None and (old.strategy, old.seed, old.status) == ("random", 3, "complete")
         run_id = store.add_profile_run(_run(), [_point(1, 40.0)])
@@ -280,6 +280,47 @@ def test_migration_upgrades_a_0001_database_in_place(db_url: str) -> None:
     try:
         assert not PROFILE_TABLES & set(inspect(eng).get_table_names())
         assert "experiments" in set(inspect(eng).get_table_names())
+    finally:
+        eng.dispose()
+
+
+def test_migration_0003_names_the_axes_of_existing_fronts(db_url: str) -> None:
+    """A front recorded before fronts named their axes is a (quality, P95) front; new 3-D fronts say so."""
+    _to_revision(db_url, "0002")
+    eng = create_engine(db_url)
+    try:
+        with eng.begin() as c:
+            c.execute(
+                text(
+                    "INSERT INTO experiments (name, scenario, strategy, evaluator, seed, settings, status, "
+                    "created_at, updated_at) VALUES ('old', 'builtin', 'mobo', 'fast', 0, '{}', 'complete', "
+                    "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                )
+            )
+            exp_id = c.execute(text("SELECT id FROM experiments WHERE name = 'old'")).scalar()
+            c.execute(
+                text(
+                    "INSERT INTO pareto_fronts (experiment_id, evaluator, points, hypervolume, n_trials, created_at) "
+                    "VALUES (:e, 'fast', '[]', 0.5, 10, CURRENT_TIMESTAMP)"
+                ),
+                {"e": exp_id},
+            )
+    finally:
+        eng.dispose()
+    store = open_store(db_url)  # migrates 0002 -> 0003
+    try:
+        (old,) = store.fronts(exp_id)
+        assert old.axes == "quality,p95_latency_s" and old.hypervolume == 0.5
+        pt = {"trial": 1, "quality": 0.7, "p95_latency_s": 3.0, "cost_per_hour": 12.5}
+        store.add_front(exp_id, "fast", [pt], 0.1, 11, axes=("quality", "p95_latency_s", "cost_per_hour"))
+        new = store.fronts(exp_id)[-1]
+        assert new.axes == "quality,p95_latency_s,cost_per_hour" and new.points == [pt]
+    finally:
+        store.close()
+    _to_revision(db_url, "0002", down=True)
+    eng = create_engine(db_url)
+    try:
+        assert "axes" not in {c["name"] for c in inspect(eng).get_columns("pareto_fronts")}
     finally:
         eng.dispose()
 

@@ -63,6 +63,7 @@ class Controller:
         self.plan_version = 0  # the gateway plan version of the last publish
         self.status, self.error = "starting", None
         self.extra: dict[str, Any] = {}  # daemon facts for the state file (pid, gateway url, ...)
+        self.plan_root: Path | None = state_dir  # where the plans' bundle files lie (desired.json's folder)
         self.steps_done: list[str] = []
         self._http = httpx.Client(timeout=1.0, trust_env=False)
 
@@ -122,7 +123,7 @@ class Controller:
         e.registered = True
 
     def _publish(self, plan: Plan) -> None:
-        self.plan_version = self.registry.publish_plan(plan)
+        self.plan_version = self.registry.publish_plan(plan, self.plan_root)
         time.sleep(self.propagation_s)
 
     def _deregister(self, key: ReplicaKey | None) -> None:

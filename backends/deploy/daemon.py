@@ -52,6 +52,7 @@ def run(directory: Path) -> int:
         profile=cfg.get("profile", "builtin:gsm8k"),
         profile_models=cfg.get("profile_models") or {},
         model_paths=cfg.get("model_paths") or {},
+        catalog=cfg.get("catalog"),
     )
     logs = directory / "logs"
     registry = Registry(cfg["redis_url"], cfg.get("prefix", "boute"))

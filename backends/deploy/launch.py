@@ -26,6 +26,7 @@ class LaunchOptions:
     profile: str = "builtin:gsm8k"  # emulated: whose recorded responses known prompts get
     profile_models: Mapping[str, str] = field(default_factory=dict)  # tier -> profile column (emulated)
     model_paths: Mapping[str, str] = field(default_factory=dict)  # tier -> checkpoint / HF id (SGLang)
+    catalog: str | None = None  # emulated: the plan's catalog file (its own GPUs/models, calibrated)
     mem_fraction_static: float = 0.88
     python: str = sys.executable
 
@@ -51,6 +52,8 @@ def replica_process(
         argv += ["--speedup", f"{opts.speedup:g}", "--profile", opts.profile]
         if key.tier in opts.profile_models:
             argv += ["--profile-model", opts.profile_models[key.tier]]
+        if opts.catalog:
+            argv += ["--catalog", opts.catalog]
         env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     else:
         from backends.sglang.command import SGLangOptions, sglang_argv

@@ -25,7 +25,8 @@ from backends.deploy.launch import LaunchOptions
 from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.errors import BouteError
-from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan
+from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan, router_of
+from boute.serving.bundle import open_plan, write_plan
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 
@@ -53,7 +54,9 @@ class LiveEvaluator:
         workdir: Path | None = None,
         quality_model: Any = None,  # noqa: ARG002 - the registry's signature; quality is measured here
     ) -> None:
+        from boute.quality import quality_model_for
         from boute.quality.profiles import load_profile
+        from boute.quality.router import router_files
         from boute.workload import Workload, build_workload
 
         self.scenario, self.mode, self.speedup, self.redis_url = scenario, mode, speedup, redis_url
@@ -68,6 +71,9 @@ class LiveEvaluator:
             float(w.arrival_s[k - 1]) if k else 0.0,
         )
         self.profile = load_profile(scenario.quality.profile, scenario.quality.format)
+        # candidates are routed by the scenario's learned router, shipped to the gateway in a plan bundle
+        self._router = router_of(quality_model_for(scenario))
+        self._router_files = router_files(self._router) if self._router else []
         self.columns = {t.name: self.profile.models.index(t.quality_model or t.name) for t in scenario.tiers}
         idx = self.workload.prompt_index
         self.prompts = [self.profile.prompts[i] if i >= 0 else "Write a long story." for i in idx]
@@ -137,8 +143,10 @@ class LiveEvaluator:
         t0 = time.perf_counter()
         if self._ctl is None:
             self._fleet()
-        plan = candidate_plan(self.scenario, cand, self.mode)
-        self._ctl.apply(plan)
+        plan = candidate_plan(self.scenario, cand, self.mode, router=self._router)
+        path = write_plan(plan, self.workdir / "candidate.json", self.scenario, self._router_files)
+        self._ctl.plan_root = self.workdir
+        self._ctl.apply(open_plan(path))
         self._ensure_gateway()
         self._wait_ready()
         deploy_s = time.perf_counter() - t0

@@ -10,6 +10,7 @@ is a read-modify-write under WATCH/MULTI and retried on conflict: no registratio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from boute.errors import BouteError
@@ -28,7 +29,7 @@ class Registry:
         import redis
 
         self.url, self.prefix = redis_url, prefix
-        keys = RedisKeys(prefix)
+        self.keys = keys = RedisKeys(prefix)
         self.k_backends, self.k_plan, self.k_plan_version, self.channel = (
             keys.backends,
             keys.plan,
@@ -78,11 +79,17 @@ class Registry:
             raise RegistryError(f"backend registry at {self.url}: {exc}") from None
         return json.loads(raw) if raw else []
 
-    def publish_plan(self, plan: Plan) -> int:
-        """Make ``plan`` the gateways' active plan (same document and event as ``PUT /admin/plan``)."""
+    def publish_plan(self, plan: Plan, root: Path | None = None) -> int:
+        """Make ``plan`` the gateways' active plan (same document and event as ``PUT /admin/plan``); its bundle
+        files (found under ``root``, the plan's folder) go to the shared store first, so every gateway can
+        load the plan's router wherever it runs."""
         import redis
 
         try:
+            for a in plan.artifacts:
+                if root is None:
+                    raise RegistryError(f"plan names bundle file '{a.path}' but no folder to read it from was given")
+                self._r.set(self.keys.artifact(a.sha256), (root / a.path).read_bytes(), nx=True)
             version = int(self._r.incr(self.k_plan_version))
             doc = {"version": version, "plan": plan.model_dump(mode="json", exclude_none=True)}
             self._r.set(self.k_plan, json.dumps(doc))

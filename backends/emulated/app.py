@@ -60,10 +60,11 @@ def _max_tokens(body: dict[str, Any], *keys: str) -> int | None:
 
 
 def create_app(cfg: ReplicaConfig) -> Starlette:
-    from boute.catalog import builtin_catalog
+    from boute.catalog import builtin_catalog, load_catalog_file
     from boute.perf import replica_perf
 
-    cat = builtin_catalog()
+    # the plan's own catalog (scenario-defined hardware, calibrated factors): timed as the optimiser timed it
+    cat = load_catalog_file(cfg.catalog) if cfg.catalog else builtin_catalog()
     perf = replica_perf(cat.model(cfg.model), cat.gpu(cfg.gpu), tp=cfg.tp, pp=cfg.pp, dtype=cfg.dtype)
     responder = Responder(cfg)
     engine = Engine(perf, speedup=cfg.speedup, max_running=cfg.max_running)

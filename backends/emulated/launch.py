@@ -17,6 +17,7 @@ import httpx
 
 from backends.emulated.profile import ReplicaConfig
 from boute.specs.plan import Plan
+from boute.serving.bundle import scenario_profile
 from boute.specs.scenario import Scenario
 
 
@@ -26,12 +27,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def replica_configs(plan: Plan, scenario: Scenario | None = None, speedup: float = 1.0) -> list[ReplicaConfig]:
-    """One config per replica of the plan, on free ports; answers from the scenario's profile columns."""
+def replica_configs(
+    plan: Plan, scenario: Scenario | None = None, speedup: float = 1.0, catalog: str | None = None
+) -> list[ReplicaConfig]:
+    """One config per replica of the plan, on free ports; answers from the scenario's profile columns, timing
+    from ``catalog`` (a file written by :func:`boute.serving.bundle.write_catalog`; default: packaged)."""
     columns: dict[str, str] = {}
     profile = "builtin:gsm8k"
     if scenario is not None:
-        profile = scenario.quality.profile
+        profile = scenario_profile(scenario)
         for t in scenario.tiers:
             columns[t.name] = t.quality_model or t.name
     out = []
@@ -48,6 +52,7 @@ def replica_configs(plan: Plan, scenario: Scenario | None = None, speedup: float
                     profile=profile if g.tier in columns else None,
                     profile_model=columns.get(g.tier),
                     speedup=speedup,
+                    catalog=catalog,
                 )
             )
     return out

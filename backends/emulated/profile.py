@@ -42,6 +42,7 @@ class ReplicaConfig(BaseModel):
     profile: str | None = Field("builtin:gsm8k", description="quality profile whose responses are replayed")
     profile_model: str | None = Field(None, description="the profile's model column (None: filler only)")
     speedup: PositiveFloat = 1.0
+    catalog: str | None = Field(None, description="catalog file (the plan's GPUs/models, calibrated); else packaged")
     default_output_tokens: PositiveInt = 128
     max_running: PositiveInt = 256
 

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="builtin:gsm8k")
     ap.add_argument("--profile-model", help="the profile's model column whose responses are replayed")
     ap.add_argument("--speedup", type=float, default=1.0)
+    ap.add_argument("--catalog", help="catalog file with the plan's GPUs/models (default: the packaged one)")
     ap.add_argument("--log-level", default="warning")
     a = ap.parse_args(argv)
     if a.replicas is not None:
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 profile=a.profile,
                 profile_model=a.profile_model,
                 speedup=a.speedup,
+                catalog=a.catalog,
             )
         ]
     else:

@@ -22,15 +22,29 @@ class Efficiency(BaseModel):
         description="achieved / peak dense FP8 FLOPs; FP8 kernels reach a smaller share of their doubled peak "
         "(attention and norms stay 16-bit). None: same as `compute`",
     )
+    compute_fp4: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="achieved / peak dense FP4 FLOPs (Blackwell NVFP4 GEMMs). None: same as `compute_fp8`",
+    )
     bandwidth: float = Field(0.6, gt=0, le=1, description="achieved / peak memory bandwidth in decode")
     link: float = Field(0.7, gt=0, le=1, description="achieved / peak inter-GPU link bandwidth")
     step_overhead_ms: float = Field(
         1.0, ge=0, description="fixed per-iteration cost (scheduler, kernel launches) of one forward pass"
     )
+    gemm_half_tokens: float | None = Field(
+        None,
+        ge=0,
+        description="tokens per step at which GEMMs reach half their large-batch efficiency (tensor-core tile "
+        "under-use). None: the value fitted on published GPU rows; 0 for engines without tiles (CPU SIMD)",
+    )
 
     def compute_for(self, dtype: str) -> float:
-        """The compute share that applies to GEMMs in ``dtype``."""
-        if dtype == "fp8" and self.compute_fp8 is not None:
+        """The compute share that applies to GEMMs in ``dtype`` (FP4 falls back to FP8, FP8 to BF16)."""
+        if dtype == "fp4" and self.compute_fp4 is not None:
+            return self.compute_fp4
+        if dtype in ("fp8", "fp4") and self.compute_fp8 is not None:
             return self.compute_fp8
         return self.compute
 
@@ -44,11 +58,20 @@ class GPUSpec(BaseModel):
     display_name: str = ""
     tflops_bf16: PositiveFloat = Field(description="dense BF16/FP16 TFLOPS (no sparsity)")
     tflops_fp8: PositiveFloat | None = Field(None, description="dense FP8 TFLOPS; None if unsupported")
+    tflops_fp4: PositiveFloat | None = Field(None, description="dense FP4 TFLOPS (Blackwell); None if unsupported")
     memory_gb: PositiveFloat
     bandwidth_gbs: PositiveFloat = Field(description="peak memory bandwidth, GB/s")
     link: str = Field("pcie4", description="intra-node interconnect kind, e.g. nvlink4, pcie4")
     link_gbs: PositiveFloat = Field(description="peak per-direction per-GPU link bandwidth, GB/s")
     gpus_per_node: PositiveInt = 8
+    arch: str | None = Field(
+        None,
+        description="architecture family (ampere, ada, hopper, blackwell): which fitted compute efficiency applies",
+    )
+    memory_type: str | None = Field(
+        None,
+        description="memory technology (hbm2e, hbm3, hbm3e, gddr6, gddr6x, gddr7): which bandwidth efficiency applies",
+    )
     price_per_hour: float = Field(ge=0, description="USD per GPU-hour")
     efficiency: Efficiency = Efficiency()
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where the figure comes from")

@@ -1,4 +1,4 @@
-"""``boute deploy PLAN --target local|ray [--emulate]``, ``boute deploy status``, ``boute deploy down``.
+"""``boute deploy up PLAN --target local|ray [--emulate]``, ``boute deploy status``, ``boute deploy down``.
 
 A deployment is a background controller (``backends.deploy.daemon``) owning the replicas; this command
 only hands it a plan and waits. Deploying while one runs is a rolling update to the new plan.
@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from boute.cli.options import positive
 from boute.errors import BouteError
 
 
@@ -68,10 +69,23 @@ def _table(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_DIR = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]")
+_JSON = typer.Option(False, "--json", help="print one JSON object")
+
+
+def _dir(directory: Path | None) -> Path:
+    from backends.deploy.state import default_dir
+
+    return (directory or default_dir()).expanduser().resolve()
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("deploy")
-    def deploy_cmd(
-        plan: str = typer.Argument(..., help="plan JSON/YAML to deploy, or 'status' / 'down'"),
+    deploy = typer.Typer(help="Deploy a plan's replicas (rolling updates), show the fleet, take it down.")
+    app.add_typer(deploy, name="deploy")
+
+    @deploy.command("up")
+    def up_cmd(
+        plan: Path = typer.Argument(..., help="plan JSON/YAML to deploy (with its .bundle folder)"),
         target: str = typer.Option("local", "--target", "-t", help="local (processes here) or ray (Ray actors)"),
         emulate: bool = typer.Option(False, "--emulate", help="emulated CPU backends instead of SGLang"),
         redis: str = typer.Option(
@@ -81,9 +95,13 @@ def register(app: typer.Typer) -> None:
             help="Redis the gateway reads its registry from",
         ),
         prefix: str = typer.Option("boute", "--prefix", help="Redis key prefix (the gateway's --redis-prefix)"),
-        directory: Path | None = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]"),
-        speedup: float = typer.Option(1.0, "--speedup", help="emulated backends run this much faster than modelled"),
-        gateway_port: int | None = typer.Option(None, "--gateway-port", help="also run a gateway on this port"),
+        directory: Path | None = _DIR,
+        speedup: float = typer.Option(
+            1.0, "--speedup", callback=positive, help="emulated backends run this much faster than modelled"
+        ),
+        gateway_port: int | None = typer.Option(
+            None, "--gateway-port", min=1, max=65535, help="also run a gateway on this port"
+        ),
         ray_address: str | None = typer.Option(
             None, "--ray-address", help="existing Ray cluster (default: a local one)"
         ),
@@ -91,26 +109,17 @@ def register(app: typer.Typer) -> None:
             "custom", "--resources", help="ray: custom (gpu_<type> resources) or accelerator (num_gpus + type)"
         ),
         gpu_ids: list[str] = typer.Option([], "--gpu-ids", help="local SGLang: TYPE=0,1,.. CUDA ids per GPU type"),
-        timeout: float = typer.Option(600.0, "--timeout", help="seconds to wait for the fleet to be ready"),
-        as_json: bool = typer.Option(False, "--json"),
+        timeout: float = typer.Option(
+            600.0, "--timeout", callback=positive, help="seconds to wait for the fleet to be ready"
+        ),
+        as_json: bool = _JSON,
     ) -> None:
-        """Deploy a plan (a rolling update when one runs), or show its status, or take it down."""
-        from backends.deploy.state import default_dir, read_state, running
+        """Deploy a plan; while one runs, a rolling update to it."""
+        from backends.deploy.state import read_state, running
 
-        d = (directory or default_dir()).expanduser().resolve()
-        if plan == "status":
-            st = read_state(d)
-            if st is None:
-                raise BouteError(f"deploy status: nothing deployed in {d}")
-            if not running(st) and st.get("status") != "stopped":
-                st["status"] = "dead (controller not running)"
-            typer.echo(json.dumps(st, indent=2) if as_json else _table(st))
-            return
-        if plan == "down":
-            _down(d)
-            return
+        d = _dir(directory)
         _deploy(
-            Path(plan),
+            plan,
             d,
             target=target,
             emulate=emulate,
@@ -126,8 +135,26 @@ def register(app: typer.Typer) -> None:
             running=running(read_state(d)),
         )
 
+    @deploy.command("status")
+    def status_cmd(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+        """The deployment's state: replicas, registration, restarts, gateway."""
+        from backends.deploy.state import read_state, running
 
-def _down(d: Path) -> None:
+        d = _dir(directory)
+        st = read_state(d)
+        if st is None:
+            raise BouteError(f"deploy status: nothing deployed in {d}")
+        if not running(st) and st.get("status") != "stopped":
+            st["status"] = "dead (controller not running)"
+        typer.echo(json.dumps(st, indent=2) if as_json else _table(st))
+
+    @deploy.command("down")
+    def down_cmd(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+        """Stop the controller: replicas are drained, deregistered and stopped."""
+        _down(_dir(directory), as_json)
+
+
+def _down(d: Path, as_json: bool = False) -> None:
     import os
     import signal
 
@@ -135,7 +162,7 @@ def _down(d: Path) -> None:
 
     st = read_state(d)
     if st is None or not pid_alive(st.get("pid")):
-        typer.echo(f"nothing running in {d}")
+        typer.echo(json.dumps({"stopped": 0, "dir": str(d)}) if as_json else f"nothing running in {d}")
         return
     os.kill(int(st["pid"]), signal.SIGTERM)
     deadline = time.monotonic() + 120
@@ -143,7 +170,12 @@ def _down(d: Path) -> None:
         time.sleep(0.2)
     if pid_alive(st["pid"]):
         raise BouteError(f"deploy down: controller {st['pid']} still running after 120s")
-    typer.echo(f"stopped {len(st.get('replicas', []))} replicas; deregistered from prefix {st['registry']['prefix']}")
+    n, pfx = len(st.get("replicas", [])), st["registry"]["prefix"]
+    typer.echo(
+        json.dumps({"stopped": n, "prefix": pfx, "dir": str(d)})
+        if as_json
+        else f"stopped {n} replicas; deregistered from prefix {pfx}"
+    )
 
 
 def _deploy(
@@ -170,23 +202,23 @@ def _deploy(
 
     from backends.deploy.registry import Registry
     from backends.deploy.state import CONFIG_FILE, DAEMON_LOG, DESIRED_FILE, read_state
-    from boute.specs import load_plan, load_scenario
+    from boute.serving.bundle import copy_plan, open_plan, plan_scenario, scenario_profile, write_catalog
+    from boute.specs import load_scenario
     from boute.specs.io import write_atomic
 
     if target not in ("local", "ray"):
         raise BouteError(f"--target: expected local or ray, got '{target}'")
     if resource_mode not in ("custom", "accelerator"):
         raise BouteError(f"--resources: expected custom or accelerator, got '{resource_mode}'")
-    if speedup <= 0:
-        raise BouteError(f"--speedup: must be > 0, got {speedup:g}")
-    p = load_plan(plan_path)
-    sc = load_scenario(p.scenario) if p.scenario else load_scenario(None)
+    p = open_plan(plan_path)
+    sc = plan_scenario(p, plan_path) or load_scenario(p.scenario)
     d.mkdir(parents=True, exist_ok=True)
     if running:
         st = read_state(d) or {}
         if st.get("target") != target:
             raise BouteError(f"deploy: a '{st.get('target')}' deployment runs in {d}; `boute deploy down` it first")
-        write_atomic(d / DESIRED_FILE, p.model_dump_json(exclude_none=True))
+        copy_plan(plan_path, p, d / DESIRED_FILE)  # the plan and its bundle files, where the controller reads
+        write_catalog(p, sc, d / "catalog.yaml")
         os.kill(int(st["pid"]), signal.SIGHUP)
         st = _wait(d, int(st.get("generation", 0)), timeout)
     else:
@@ -200,7 +232,8 @@ def _deploy(
             "redis_url": redis,
             "prefix": prefix,
             "speedup": speedup,
-            "profile": sc.quality.profile,
+            "profile": scenario_profile(sc),
+            "catalog": str(d / "catalog.yaml"),
             "profile_models": {t.name: t.quality_model or t.name for t in sc.tiers},
             "gateway_port": gateway_port,
             "ray_address": ray_address,
@@ -209,7 +242,8 @@ def _deploy(
             "inventory": dict(sc.cluster.gpus),
         }
         write_atomic(d / CONFIG_FILE, json.dumps(cfg, indent=2))
-        write_atomic(d / DESIRED_FILE, p.model_dump_json(exclude_none=True))
+        write_catalog(p, sc, d / "catalog.yaml")
+        copy_plan(plan_path, p, d / DESIRED_FILE)
         (d / "state.json").unlink(missing_ok=True)
         with open(d / DAEMON_LOG, "ab") as logf:
             proc = subprocess.Popen(

@@ -59,24 +59,35 @@ def list_cmd(db: str | None = _DB, as_json: bool = typer.Option(False, "--json")
 
 @experiments_app.command("show")
 def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: str | None = _DB) -> None:
-    """Settings, trial count, best plans and the latest Pareto front of an experiment."""
+    """Settings, trial counts, the plan written and the latest Pareto front (2-D or 3-D) of an experiment."""
     info, rows, fronts, plans = _load(db, ref)
+    info["objective"] = (info.get("settings") or {}).get("objective", "latency")
     info["trials"] = len(rows)
     info["failed"] = sum(r.status == "failed" for r in rows)
-    info["confirmed"] = sum(r.status == "confirmed" for r in rows)  # confirmations, not search trials
+    info["confirmed"] = sum(r.status in ("confirmed", "confirm-search") for r in rows)  # not search trials
+    info["confirm_search"] = sum(r.status == "confirm-search" for r in rows)  # of which a confirming search
+    screened = [r for r in rows if r.status == "screened"]  # removed by the screens: never evaluated
+    info["screened"] = {
+        "trials": len(screened),
+        "capacity": sum((r.error or "").startswith("capacity") for r in screened),
+        "quality": sum((r.error or "").startswith("quality") for r in screened),
+    }
     info["eval_wall_s"] = round(sum(r.wall_s for r in rows), 3)
     if fronts:
         f = fronts[-1]
+        axes = (f.axes or "quality,p95_latency_s").split(",")
         info["front"] = {
+            "axes": axes,
             "evaluator": f.evaluator,
             "hypervolume": f.hypervolume,
             "n_trials": f.n_trials,
-            "points": [{k: p[k] for k in ("trial", "quality", "p95_latency_s", "cost_per_hour")} for p in f.points],
+            "points": [{k: p.get(k) for k in ("trial", "quality", "p95_latency_s", "cost_per_hour")} for p in f.points],
         }
     if plans:
         info["plan"] = {
             "trial": plans[-1].trial_index,
             "path": plans[-1].path,
+            "objective": plans[-1].plan.get("objective"),
             "predicted": plans[-1].plan.get("predicted"),
         }
     typer.echo(json.dumps(info, indent=2, default=str))

@@ -39,6 +39,7 @@ def _register() -> None:
         serve_cmd,
         simulate_cmd,
         validate_cmd,
+        verify_cmd,
     )
 
     # listed in the order a user meets them: specs -> models -> optimiser -> serving -> deployment
@@ -50,6 +51,7 @@ def _register() -> None:
         optimize_cmd,
         experiments_cmd,
         serve_cmd,
+        verify_cmd,
         deploy_cmd,
         profile_cmd,
     ):
@@ -69,13 +71,30 @@ _plug_in()
 _register()
 
 
+#: Click's (vendored by Typer) base of every command-line mistake: bad value, unknown option, missing argument
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; a BouteError becomes one line on stderr and exit code 2."""
+    """Entry point: run the app. A user mistake, be it a bad option value (Click's usage errors) or a bad
+    file (a BouteError), is one line on stderr and exit code 2, never a traceback or a box of text."""
     try:
-        app(args=argv)
+        code = app(args=argv, standalone_mode=False)
+    except _USAGE_ERROR as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            typer.echo(ctx.get_help())
+            sys.exit(0)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        typer.echo(f"error: {where}{exc.format_message()}", err=True)
+        sys.exit(2)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
     except BouteError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

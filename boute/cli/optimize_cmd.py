@@ -1,7 +1,8 @@
 """``boute optimize``: co-optimise routing and heterogeneous deployment, write the plan.
 
 Trials are recorded in the tracking database as they finish; rerunning the same command (or naming the
-same ``--experiment``) resumes from them. Infeasible targets give one line and exit code 2.
+same ``--experiment``) resumes from them. Infeasible targets give one line and exit code 2, and so does a
+search whose every plan the confirming evaluator rejects: a plan is only written once it is confirmed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from boute.optimize.registry import EVALUATORS, STRATEGIES
+from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +24,20 @@ def register(app: typer.Typer) -> None:
         quality_floor: float | None = typer.Option(None, "--quality-floor", help="minimum quality in [0,1]"),
         p95_cap: float | None = typer.Option(None, "--p95-cap", help="P95 end-to-end latency cap, seconds"),
         max_evals: int = typer.Option(60, "--max-evals", min=1, help="evaluation budget"),
+        objective: str = typer.Option(
+            "latency", "--objective", help="what to optimise among plans meeting the targets: " + OBJECTIVES.choices()
+        ),
+        prefer: str | None = typer.Option(
+            None,
+            "--prefer",
+            help="--objective pareto: the rule picking the plan from the front (default knee): "
+            + PREFERENCES.choices(),
+        ),
+        screen: bool = typer.Option(
+            True,
+            "--screen/--no-screen",
+            help="move proposals onto the quality floor and skip plans over the capacity bound before evaluating",
+        ),
         strategy: str = typer.Option("mobo", "--strategy", help=STRATEGIES.choices()),
         evaluator: str = typer.Option("fast", "--evaluator", help=EVALUATORS.choices()),
         mode: str = typer.Option("preroute", "--mode", help="routing mode: preroute | cascade"),
@@ -36,6 +51,12 @@ def register(app: typer.Typer) -> None:
         confirm_with: str = typer.Option(
             "sim", "--confirm-with", help="a more faithful evaluator than --evaluator: " + EVALUATORS.choices()
         ),
+        max_confirm: int = typer.Option(
+            12,
+            "--max-confirm",
+            min=1,
+            help="confirming evaluations in all: the best 4 plans, then a search with the confirming evaluator",
+        ),
         plot: Path | None = typer.Option(None, "--plot", help="write a Pareto plot (PNG)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
         calibration: Path | None = typer.Option(
@@ -48,7 +69,8 @@ def register(app: typer.Typer) -> None:
             help="Redis for the live evaluator's replica registry (--evaluator live only)",
         ),
     ) -> None:
-        """Find the lowest-P95 plan meeting the quality floor and the P95 cap within the budget."""
+        """Find the best plan (--objective: lowest P95, lowest $/h, or a pick of the quality x P95 x $/h front)
+        meeting the quality floor and the P95 cap within the budget."""
         import warnings
 
         import torch
@@ -56,14 +78,24 @@ def register(app: typer.Typer) -> None:
 
         from boute.errors import BouteError, InfeasibleError
         from boute.optimize import session
-        from boute.optimize.evaluators import make_evaluator
-        from boute.specs import load_scenario, save_plan
+        from boute.optimize.evaluators import make_evaluator, router_of
+        from boute.quality import quality_model_for
+        from boute.quality.router import router_files
+        from boute.serving.bundle import write_plan
+        from boute.specs import load_scenario
         from boute.tracking import open_store
 
         torch.set_num_threads(2)
         # GPyTorch adds jitter to near-singular kernel matrices and says so; that is handled, not news to a user
         warnings.filterwarnings("ignore", category=NumericalWarning)
         STRATEGIES.get(strategy)
+        OBJECTIVES.get(objective)
+        if prefer is not None:
+            PREFERENCES.get(prefer)
+            if objective != "pareto":
+                raise BouteError(
+                    f"--prefer: picks a plan from the pareto front; it needs --objective pareto, not {objective}"
+                )
         searching, confirming = EVALUATORS.get(evaluator), EVALUATORS.get(confirm_with, "--confirm-with")
         if mode not in ("preroute", "cascade"):
             raise BouteError(f"--mode: unknown routing mode '{mode}' (known: preroute, cascade)")
@@ -79,11 +111,13 @@ def register(app: typer.Typer) -> None:
 
             sc = with_calibration(sc, calibration)
         store = open_store(db)
-        progress = _Progress(max_evals, quiet)
+        progress = _Progress(max_evals, quiet, objective)
         ev = None
         try:
             # the live evaluator owns a gateway and replica processes: closed on every exit, Ctrl-C included
             ev = make_evaluator(evaluator, sc, mode, seed, redis_url=redis)
+            # the plan routes with the scenario's learned router (a live search measures quality instead)
+            quality_model = ev.quality_model or quality_model_for(sc)
             with progress:
                 res = session.optimize(
                     sc,
@@ -96,27 +130,32 @@ def register(app: typer.Typer) -> None:
                     store=store,
                     experiment=experiment,
                     on_trial=progress.update,
+                    objective=objective,
+                    prefer=prefer,
+                    screen=screen,
                 )
             ev.close()  # replicas of a live search are not needed to confirm or write the plan
             if res.resumed_trials:
                 typer.echo(
                     f"resumed experiment '{res.experiment_name}' from {res.resumed_trials} stored trials", err=True
                 )
-            if plot is not None:
-                from boute.optimize.plot import plot_front
-
-                plot_front(res, plot)
             if res.chosen is None:
+                _plot(res, plot)
                 raise InfeasibleError(res.infeasible_message())
             if confirm and confirming.fidelity > searching.fidelity:  # confirmations only move up
                 checker = make_evaluator(confirm_with, sc, mode, seed, quality_model=ev.quality_model, redis_url=redis)
                 ev = checker  # closed by the finally below, whatever happens while confirming
-                session.confirm(res, checker, store=store)
+                session.confirm(res, checker, store=store, max_evals=max_confirm, seed=seed)
                 checker.close()
             elif confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
                 res.confirmed[res.chosen.index] = res.chosen.result
-            plan = session.build_plan(sc, res, mode)
-            save_plan(plan, out)
+            _plot(res, plot)
+            if res.final is None:  # the confirming evaluator rejected every plan it checked: write nothing
+                raise InfeasibleError(res.unconfirmed_message())
+            router = router_of(quality_model)
+            plan = session.build_plan(sc, res, mode, router)
+            # self-contained: the router, the scenario and its files travel with the plan (a bundle beside it)
+            write_plan(plan, out, sc, router_files(router) if router else ())
             store.add_plan(
                 res.experiment_id,
                 res.final.index if res.final else None,
@@ -132,15 +171,26 @@ def register(app: typer.Typer) -> None:
         _summary(res, plan, time.perf_counter() - t0)
 
 
+def _plot(res, path: Path | None) -> None:  # noqa: ANN001 - session.Outcome
+    """The front plot, when asked for: written on every outcome (exit 2 included), the written plan starred."""
+    if path is not None:
+        from boute.optimize.plot import plot_front
+
+        plot_front(res, path)
+
+
 class _Progress:
     """Rich progress bar on stderr with the current best feasible plan."""
 
-    def __init__(self, total: int, quiet: bool) -> None:
+    def __init__(self, total: int, quiet: bool, objective: str = "latency", resumed: int = 0) -> None:
         self.quiet = quiet
         self.total = total
+        self.objective = objective
         self._p = None
         self._task = None
         self._best: tuple[float, float] | None = None
+        self._done = resumed
+        self._screened = 0
 
     def __enter__(self) -> _Progress:
         if not self.quiet:
@@ -165,27 +215,47 @@ class _Progress:
             self._p.__exit__(None, None, None)
 
     def update(self, trial, trials) -> None:  # noqa: ANN001
+        """One trial finished: evaluated ones advance the bar, screened ones only the count beside it."""
         if self._p is None:
             return
+        if trial.status == "screened":
+            self._screened += 1
+        else:
+            self._done += 1
         r = trial.result
-        if r is not None and r.feasible and (self._best is None or r.p95_latency_s < self._best[0]):
-            self._best = (r.p95_latency_s, r.quality)
-        desc = (
-            "best: none feasible yet"
-            if self._best is None
-            else f"best: P95 {self._best[0]:.3g} s, quality {self._best[1]:.4f}"
-        )
-        self._p.update(self._task, completed=len(trials) + 1, description=desc)
+        if r is not None and r.feasible:
+            key = (r.cost_per_hour, r.p95_latency_s) if self.objective == "cost" else (r.p95_latency_s, r.cost_per_hour)
+            if self._best is None or key < self._best:
+                self._best = key
+        if self._best is None:
+            desc = "best: none feasible yet"
+        elif self.objective == "cost":
+            desc = f"best: ${self._best[0]:.2f}/h, P95 {self._best[1]:.3g} s"
+        else:
+            desc = f"best P95: {self._best[0]:.3g} s (${self._best[1]:.2f}/h)"
+        if self._screened:
+            desc += f"; {self._screened} screened out"
+        self._p.update(self._task, completed=self._done, description=desc)
 
 
 def _summary(out, plan, wall_s: float) -> None:  # noqa: ANN001
     p = plan.predicted
+    confirming = [t for t in out.confirmations if t.result is not None]
+    searched = sum(t.status == "confirm-search" for t in confirming)
     typer.echo(
-        f"plan written: {len(out.trials)} evaluations ({out.resumed_trials} resumed)"
-        + (f" + {len(out.confirmations)} confirmations" if out.confirmations else "")
+        f"plan written ({out.objective.label}): {out.evaluations} evaluations ({out.resumed_trials} resumed)"
+        + (f" + {len(confirming)} confirmations" if confirming else "")
+        + (f" ({searched} by a search with the confirming evaluator)" if searched else "")
         + f", {wall_s:.1f} s; "
         f"experiment '{out.experiment_name}'"
     )
+    if out.screen is not None:
+        s, pl = out.screen["search"], out.screen["pool"]
+        typer.echo(
+            f"  screens: of {s['seen']} proposals, {s['projected']} moved onto the quality floor, "
+            f"{s['quality']} below it, {s['capacity']} over the capacity bound (not evaluated); "
+            f"acquisition pool: {pl['projected']} of {pl['seen']} moved, {pl['quality'] + pl['capacity']} removed"
+        )
     if out.final is not None and out.final.result is not None:
         r = out.final.result
         typer.echo(

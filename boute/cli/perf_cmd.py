@@ -107,11 +107,48 @@ def _print_table(report: dict[str, Any]) -> None:
     console.print("[dim]approximate: " + report["approximate"] + "[/dim]")
 
 
+def validate_report(*, stored: bool = False, quick: bool = False) -> dict[str, Any]:
+    """What ``boute perf validate --json`` prints: held-out errors on the published dataset."""
+    from boute.perf.validate import REPORT_PATH, report
+
+    if stored:
+        return json.loads(REPORT_PATH.read_text())
+    return report(splits=("source",) if quick else ("source", "gpu"))
+
+
+def _print_validation(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for split in ("leave_one_source_out", "leave_one_gpu_out", "in_sample"):
+        if split not in rep:
+            continue
+        table = Table(title=split.replace("_", " "), show_header=True)
+        for col in ("group", "rows", "median |err| %", "p90 |err| %"):
+            table.add_column(col, justify="right" if col != "group" else "left")
+        sec = rep[split]
+        table.add_row("all", str(sec["all"]["rows"]), str(sec["all"]["median_abs_pct"]), str(sec["all"]["p90_abs_pct"]))
+        for by in ("metric", "gpu_family"):
+            for g, st in sec[by].items():
+                table.add_row(f"{by}={g}", str(st["rows"]), str(st.get("median_abs_pct")), str(st.get("p90_abs_pct")))
+        console.print(table)
+    if "meets_goal" in rep:
+        console.print(f"goal (leave-one-source-out median <= 10%, p90 <= 25%): {rep['meets_goal']}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("perf")
+    perf_app = typer.Typer(
+        invoke_without_command=True,
+        no_args_is_help=False,
+        help="The analytical performance model: one replica (options), or `validate` it on published data.",
+    )
+
+    @perf_app.callback()
     def perf_cmd(
-        model: str = typer.Option(..., "--model", "-m", help="model name from the catalog, e.g. llama-3.1-8b"),
-        gpu: str = typer.Option(..., "--gpu", "-g", help="GPU type from the catalog, e.g. h100-sxm"),
+        ctx: typer.Context,
+        model: str | None = typer.Option(None, "--model", "-m", help="model name from the catalog, e.g. llama-3.1-8b"),
+        gpu: str | None = typer.Option(None, "--gpu", "-g", help="GPU type from the catalog, e.g. h100-sxm"),
         tp: int = typer.Option(1, "--tp", min=1, help="tensor-parallel degree"),
         pp: int = typer.Option(1, "--pp", min=1, help="pipeline-parallel degree"),
         dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp8 (weights and KV cache)"),
@@ -123,6 +160,10 @@ def register(app: typer.Typer) -> None:
         scenario: Path | None = typer.Option(None, "--scenario", "-s", help="scenario whose catalog to use"),
     ) -> None:
         """Predict memory, TTFT, TPOT and throughput of one replica for a static batch (approximate)."""
+        if ctx.invoked_subcommand is not None:
+            return
+        if model is None or gpu is None:
+            raise BouteError("boute perf: --model and --gpu are required (or run `boute perf validate`)")
         if dtype not in ("bf16", "fp8"):
             raise BouteError(f"--dtype: must be bf16 or fp8, got '{dtype}'")
         report = perf_report(
@@ -141,3 +182,20 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(report))
         else:
             _print_table(report)
+
+    @perf_app.command("validate")
+    def validate_cmd(
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        quick: bool = typer.Option(False, "--quick", help="leave-one-source-out only (about half the time)"),
+        stored: bool = typer.Option(
+            False, "--stored", help="print the packaged report (boute/perf/data/validation.json) without re-fitting"
+        ),
+    ) -> None:
+        """Held-out error of the performance model on published measurements (re-fits: a few minutes)."""
+        rep = validate_report(stored=stored, quick=quick)
+        if as_json:
+            typer.echo(json.dumps(rep))
+        else:
+            _print_validation(rep)
+
+    app.add_typer(perf_app, name="perf")

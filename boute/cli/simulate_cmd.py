@@ -34,19 +34,22 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Simulate a plan under the scenario's workload (approximate: the perf model is a calibrated roofline)."""
+        from boute.serving.bundle import open_plan, plan_scenario
         from boute.sim import simulate
-        from boute.specs import load_plan, load_scenario
-        from boute.specs.io import read_mapping
+        from boute.specs import load_scenario
+        from boute.specs.plan import check_plan_hardware
         from boute.workload import build_workload
 
-        # a plan records the scenario it was made for (builtin:NAME or a path); --scenario overrides it
-        named = read_mapping(plan).get("scenario")
-        sc = load_scenario(scenario if scenario is not None else (named if isinstance(named, str) else None))
+        # a plan carries the scenario it was made for (older plans name it: builtin:NAME or a path);
+        # --scenario overrides it
+        p = open_plan(plan)
+        own = plan_scenario(p, plan) if scenario is None else None
+        sc = own or load_scenario(scenario if scenario is not None else p.scenario)
         if calibration is not None:
             from boute.perf import with_calibration
 
             sc = with_calibration(sc, calibration)
-        p = load_plan(plan, sc.catalog)
+        check_plan_hardware(p, sc.catalog, plan)
         for i, g in enumerate(p.deployment):
             if g.tier not in {t.name for t in sc.tiers}:
                 from boute.errors import SpecError

@@ -13,20 +13,33 @@ def register(app: typer.Typer) -> None:
     def validate_cmd(
         scenario: Path | None = typer.Option(None, "--scenario", "-s", help="scenario YAML (default: built-in)"),
         plan: Path | None = typer.Option(None, "--plan", "-p", help="plan JSON/YAML to check against it"),
-        as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
-        """Validate a scenario (and optionally a plan); exit 2 with a one-line error if invalid."""
-        from boute.specs import load_plan, load_scenario
+        """Validate a scenario and/or a plan (with its bundle); exit 2 with a one-line error if invalid.
 
-        sc = load_scenario(scenario)
+        A plan alone is checked against the scenario it carries; with --scenario, against that one."""
+        from boute.serving.bundle import open_plan, plan_scenario
+        from boute.specs import load_scenario
+        from boute.specs.plan import check_plan_hardware
+
+        p = open_plan(plan) if plan is not None else None
+        own = plan_scenario(p, plan) if p is not None and plan is not None and scenario is None else None
+        sc = own or load_scenario(scenario)
         summary: dict[str, object] = {
             "scenario": sc.name,
             "tiers": [t.model for t in sc.tiers],
             "gpus": dict(sc.cluster.gpus),
             "budget_per_hour": sc.cluster.budget_per_hour,
         }
-        if plan is not None:
-            p = load_plan(plan, sc.catalog)
+        if p is not None:
+            check_plan_hardware(p, sc.catalog, plan)
             summary["plan_cost_per_hour"] = round(sum(sc.price(g.gpu) * g.gpus_used for g in p.deployment), 4)
             summary["plan_gpus"] = p.gpus_used()
-        typer.echo(json.dumps(summary, indent=None if as_json else 2))
+            summary["plan_scorer"] = p.routing.scorer
+            summary["plan_artifacts"] = len(p.artifacts)
+        if as_json:
+            typer.echo(json.dumps(summary))
+            return
+        for k, v in summary.items():
+            typer.echo(f"{k}: {v}")
+        typer.echo("valid")

@@ -6,7 +6,9 @@ optimiser spends its effort on points that decode to plans already evaluated, an
 points it was never told about. Here every pool point is *canonical* (``encode(decode(x))``), distinct
 and not yet evaluated, so the acquisition is compared only over real, new plans, exactly as the GP is
 trained, and the exact quality of each one is known before any evaluation. Mixed variables are handled
-natively: moves step GPU counts by whole replicas and switch (TP, PP) categories.
+natively: moves step GPU counts by whole replicas and switch (TP, PP) categories. With a screen
+(:mod:`boute.optimize.screen`) every raw point's routing is first moved into the floor region and plans
+that cannot carry their load are dropped, so the acquisition only ranks plans that might succeed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate, Space
 
 
@@ -91,8 +94,10 @@ def build_pool(
     *,
     n_global: int = 256,
     n_local: int = 384,
+    screen: Screen | None = None,
 ) -> Pool:
-    """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform."""
+    """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform;
+    with ``screen``, only plans that pass it (counted in ``screen.pool``)."""
     raw: list[np.ndarray] = [rng.random((n_global, space.dim))] if n_global else []
     if centres:
         raw.append(axis_neighbours(space, np.asarray(centres[0], dtype=float)))
@@ -102,10 +107,17 @@ def build_pool(
     known = set(seen)
     zs: list[np.ndarray] = []
     cands: list[Candidate] = []
+    removed: set[str] = set()
     for x in np.concatenate(raw) if raw else np.zeros((0, space.dim)):
-        cand = space.decode(x)
+        if screen is None:
+            cand = space.decode(x)
+        else:
+            _, cand, why = screen.admit(x, screen.pool)
+            if why is not None:
+                removed.add(cand.key())
+                continue
         key = cand.key()
-        if key in known:
+        if key in known or key in removed:
             continue
         known.add(key)
         zs.append(space.encode(cand))

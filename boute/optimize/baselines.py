@@ -23,7 +23,8 @@ class RandomStrategy:
 
     name = "random"
 
-    def __init__(self, space: Space, *, seed: int = 0) -> None:
+    def __init__(self, space: Space, *, seed: int = 0, objective: object = None) -> None:
+        """``objective`` is accepted for a uniform interface and ignored: the proposals do not depend on it."""
         self.space = space
         self.seed = seed
 
@@ -32,11 +33,15 @@ class RandomStrategy:
 
 
 class NSGA2Strategy:
-    """NSGA-II with constraint handling (pymoo ask/tell); replays told generations from the trials."""
+    """NSGA-II with constraint handling (pymoo ask/tell); replays told generations from the trials.
+
+    Objectives by ``objective``: ``latency`` (-quality, log P95), ``cost`` ($/h, log P95), ``pareto``
+    (-quality, log P95, $/h); constraints ``floor - quality <= 0`` and ``log P95 - log cap <= 0`` always.
+    """
 
     name = "nsga2"
 
-    def __init__(self, space: Space, *, seed: int = 0, pop_size: int = 12) -> None:
+    def __init__(self, space: Space, *, seed: int = 0, pop_size: int = 12, objective: object = "latency") -> None:
         from pymoo.algorithms.moo.nsga2 import NSGA2
         from pymoo.core.problem import Problem
         from pymoo.core.termination import NoTermination
@@ -45,7 +50,9 @@ class NSGA2Strategy:
         floor = space.scenario.targets.quality_floor
         self._floor = floor
         self._log_cap = math.log(space.scenario.targets.p95_latency_s)
-        problem = Problem(n_var=space.dim, n_obj=2, n_ieq_constr=2, xl=0.0, xu=1.0)
+        self._objective = str(getattr(objective, "name", objective) or "latency")
+        n_obj = 3 if self._objective == "pareto" else 2
+        problem = Problem(n_var=space.dim, n_obj=n_obj, n_ieq_constr=2, xl=0.0, xu=1.0)
         self._algo = NSGA2(pop_size=pop_size)
         self._algo.setup(problem, termination=NoTermination(), seed=seed, verbose=False)
         self._problem = problem
@@ -64,7 +71,8 @@ class NSGA2Strategy:
             else:
                 q, p = 0.0, OVERLOAD_P95_S
             lp = math.log(max(p, 1e-6))
-            F.append([-q, lp])
+            c = t.candidate.cost_per_hour
+            F.append({"cost": [c, lp], "pareto": [-q, lp, c]}.get(self._objective, [-q, lp]))
             G.append([self._floor - q, lp - self._log_cap])
         Evaluator().eval(StaticProblem(self._problem, F=np.array(F), G=np.array(G)), pop)
         self._algo.tell(infills=pop)

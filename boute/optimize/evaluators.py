@@ -81,16 +81,30 @@ def _finite_p95(p95: float) -> float:
     return OVERLOAD_P95_S if not math.isfinite(p95) else float(min(p95, OVERLOAD_P95_S))
 
 
-def candidate_plan(scenario: Scenario, cand: Candidate, mode: str = "preroute", thresholds=None) -> Plan:  # noqa: ANN001
-    """The plan file for a candidate (tiers with zero load and no replicas are kept in routing)."""
+def candidate_plan(
+    scenario: Scenario,
+    cand: Candidate,
+    mode: str = "preroute",
+    thresholds: tuple[float, ...] | list[float] | None = None,
+    router: str | None = None,
+) -> Plan:
+    """The plan for a candidate; ``router``: the learned router file whose scores split the load (the quality
+    model's, ``quality_model.info["router_path"]``). Tiers with zero load and no replicas stay in routing."""
     routing = Routing(
         mode=mode,  # type: ignore[arg-type]
         tiers=[t.name for t in scenario.tiers],
         fractions=list(cand.fractions),
         thresholds=None if thresholds is None else [float(v) for v in thresholds],
-        router=scenario.quality.router,
+        scorer="learned" if router else None,
+        router=router,
+        reference=scenario.quality.profile if router else None,
     )
     return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
+
+
+def router_of(model: QualityModel | None) -> str | None:
+    """The learned router file a quality model routes with (None for a model without one)."""
+    return None if model is None else model.info.get("router_path")
 
 
 def policy_of(model: QualityModel, mode: str, fractions: tuple[float, ...]) -> PolicyResult:
@@ -191,7 +205,7 @@ class SimEvaluator:
         route = self.quality_model.assign(
             self.workload.prompt_index, np.asarray(cand.fractions), mode=self.mode, seed=self.seed
         )
-        plan = candidate_plan(self.scenario, cand, self.mode)
+        plan = candidate_plan(self.scenario, cand, self.mode, router=router_of(self.quality_model))
         summary = simulate(plan, self.scenario, self.workload, route, seed=self.seed).summary()
         completed = float(summary.get("completed", len(self.workload.arrival_s)))
         n = float(summary.get("requests", len(self.workload.arrival_s)))

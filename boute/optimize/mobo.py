@@ -18,8 +18,15 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   reference point at the targets (floor, cap) so only the feasible region counts, and constrained
   LogEI on latency over plans whose exact quality meets the floor: the chosen plan is what users get, so
   two of every three steps improve it directly. ``acq="ehvi"`` / ``"ei"`` run one of them alone.
-* Initial design: scrambled Sobol points (``n_init``), deterministic in the seed; every ask is a pure
-  function of the trials so far (resuming is exact).
+* Initial design: scrambled Sobol points (``n_init`` evaluated ones), deterministic in the seed; every ask
+  is a pure function of the trials so far (resuming is exact).
+* **Objectives** (:mod:`boute.optimize.objectives`). ``latency``: the above. ``cost``: $/h is exact too (a
+  function of the deployment), so the acquisition is BoTorch's constrained qLogEI on ``-$/h`` with the
+  outcome constraint ``P95 <= cap`` on the latency GP: the improvement in cost weighted by the GP's
+  probability of meeting the cap (feasibility-weighted EI). ``pareto``: qLogNEHVI on (exact quality, GP
+  ``-log P95``, exact ``-$/h``) with the reference point at the targets (floor, cap, budget).
+* **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
+  meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ import numpy as np
 
 from boute.optimize.acq_pool import Pool, build_pool
 from boute.optimize.evaluators import Evaluator, policy_of
-from boute.optimize.result import Trial
+from boute.optimize.objectives import Objective
+from boute.optimize.result import Trial, nondominated
+from boute.optimize.screen import Screen
 from boute.optimize.space import Space
 
 QualityFn = Callable[[tuple[float, ...]], float]
@@ -74,6 +83,7 @@ class MoboStrategy:
         clip_factor: float = 3.0,
         fit_maxiter: int = 60,
         quality_fn: QualityFn | None = None,
+        objective: Objective | str = "latency",
     ) -> None:
         """``num_restarts``/``raw_samples``/``acq_optimizer`` only apply to the GP-quality fallback."""
         if acq not in ACQS:
@@ -91,6 +101,8 @@ class MoboStrategy:
         self.clip_factor = clip_factor
         self.fit_maxiter = fit_maxiter
         self.quality_fn = quality_fn
+        self.objective = objective if isinstance(objective, Objective) else Objective(objective)
+        self.screen: Screen | None = None
         self._fallback_opts = {
             "num_restarts": num_restarts,
             "raw_samples": raw_samples,
@@ -105,6 +117,10 @@ class MoboStrategy:
         self.timings: list[dict[str, float]] = []  # per BO step: fit_s, pool_s, acq_s, kind
 
     # ---- wiring ---------------------------------------------------------------------------------
+    def use_screen(self, screen: Screen) -> None:
+        """Screen the acquisition pool as the harness screens proposals (``run_search`` calls this)."""
+        self.screen = screen
+
     def bind(self, evaluator: Evaluator) -> None:
         """Take the exact quality function from the evaluator (``run_search`` calls this)."""
         if self.quality_fn is None:
@@ -129,13 +145,15 @@ class MoboStrategy:
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
         n = len(trials)
         ok = [t for t in trials if t.ok]
-        if n < self.n_init or len(ok) < 3:
+        if sum(t.evaluated for t in trials) < self.n_init or len(ok) < 3:  # screened Sobol points are skipped
             return self._sobol_point(n)
         if self.quality_fn is None:
             if self._gp_design is None:
                 from boute.optimize.mobo_gp import GPMoboStrategy
 
-                self._gp_design = GPMoboStrategy(self.space, seed=self.seed, n_init=self.n_init, **self._fallback_opts)
+                self._gp_design = GPMoboStrategy(
+                    self.space, seed=self.seed, n_init=self.n_init, objective=self.objective, **self._fallback_opts
+                )
             x = self._gp_design.ask(trials)
             self.timings = self._gp_design.timings
             return x
@@ -181,6 +199,9 @@ class MoboStrategy:
 
     # ---- one BO step ----------------------------------------------------------------------------
     def _kind(self, step: int, any_feasible: bool) -> str:
+        if self.objective.name != "latency":
+            # until some plan meets the targets, every objective first looks for one (LogEI towards the cap)
+            return self.objective.name if any_feasible else "ei"
         if self.acq != "hybrid":
             return self.acq
         if not any_feasible:
@@ -193,7 +214,8 @@ class MoboStrategy:
         torch.set_num_threads(self.threads)
         tg = self.space.scenario.targets
         floor, cap = tg.quality_floor, tg.p95_latency_s
-        step = len(trials) - self.n_init
+        budget = self.space.budget
+        step = sum(t.evaluated for t in trials) - self.n_init
         rng = np.random.default_rng([self.seed, len(trials), 11])
         torch.manual_seed(self.seed * 100003 + len(trials))
 
@@ -201,25 +223,37 @@ class MoboStrategy:
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
         q = np.array([t.result.quality for t in ok])  # type: ignore[union-attr]
         p = np.array([t.result.p95_latency_s for t in ok])  # type: ignore[union-attr]
+        c = np.array([t.result.cost_per_hour for t in ok])  # type: ignore[union-attr]
         y = -np.log(np.clip(p, 1e-6, self.clip_factor * cap))
         gp = self._fit(X, torch.tensor(y, dtype=torch.double).unsqueeze(-1), step)
         t1 = time.perf_counter()
 
-        feas = (q >= floor - 1e-12) & (p <= cap)
+        feas = self.space.scenario.goal.mask(q, p, c)
         kind = self._kind(step, bool(feas.any()))
+        centres = (
+            self._centres(ok, q, p, floor, kind)
+            if self.objective.name == "latency" or not feas.any()
+            else self._centres_front(ok, q, p, c, feas)
+        )
         pool = build_pool(
             self.space,
-            self._centres(ok, q, p, floor, kind),
+            centres,
             (t.candidate.key() for t in trials),
             rng,
             n_global=self.pool_global,
             n_local=self.pool_local,
+            screen=self.screen,
         )
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
             return rng.random(self.space.dim)
-        pq = np.array([self._quality(c.fractions) for c in pool.candidates])
+        pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
         t2 = time.perf_counter()
-        if kind == "ei" and (pq >= floor - 1e-12).any():
+        if kind == "cost":
+            best_cost = float(c[feas].min()) if feas.any() else budget + 1.0
+            scores = self._log_cei_cost(gp, pool, pq, floor, cap, best_cost)
+        elif kind == "pareto":
+            scores = self._log_nehvi(gp, X, pool, floor, cap, budget=budget)
+        elif kind == "ei" and (pq >= floor - 1e-12).any():
             best = float(y[feas].max()) if feas.any() else -math.log(cap)
             scores = self._log_ei(gp, pool, pq, floor, best)
         else:
@@ -230,6 +264,71 @@ class MoboStrategy:
             {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
         )
         return pool.z[i]
+
+    def _centres_front(
+        self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, c: np.ndarray, feas: np.ndarray
+    ) -> list[np.ndarray]:
+        """Incumbents for ``cost``/``pareto``: the objective's best plans meeting the targets, spread over the
+        3-D front; before any plan meets them, the ones closest to doing so (smallest violation)."""
+        tg = self.space.scenario.goal
+        idx: list[int] = []
+        f = np.flatnonzero(feas)
+        if f.size:
+            front = f[nondominated(np.stack([-q[f], p[f], c[f]], axis=1))]
+            order = self.objective.order(q[front], p[front], c[front], tg)
+            idx = [int(front[j]) for j in order[:2]]
+            cheapest = int(f[np.argmin(c[f])])
+            if cheapest not in idx:
+                idx.append(cheapest)
+        if len(idx) < 3:
+            for j in np.argsort(tg.violation(q, p, c) + 1e-9 * c):
+                if int(j) not in idx:
+                    idx.append(int(j))
+                if len(idx) == 3:
+                    break
+        return [np.asarray(ok[i].z, dtype=float) for i in idx]
+
+    def _log_cei_cost(self, gp, pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float) -> np.ndarray:  # noqa: ANN001
+        """BoTorch constrained qLogEI on ``-$/h`` (exact) with the outcome constraint ``P95 <= cap`` (GP).
+
+        The improvement is deterministic (cost is known), so this is the cost saving over the cheapest plan
+        meeting the targets, weighted by the GP's probability that the plan meets the cap. Plans below the
+        floor score -inf (the screen keeps them out of the pool anyway).
+        """
+        import torch
+        from botorch.acquisition.logei import qLogExpectedImprovement
+        from botorch.acquisition.objective import GenericMCObjective
+        from botorch.models.deterministic import GenericDeterministicModel
+        from botorch.models.model import ModelList
+        from botorch.sampling.get_sampler import get_sampler
+
+        model = ModelList(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1), gp)
+        Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
+        acq = qLogExpectedImprovement(
+            model=model,
+            best_f=-best_cost,
+            sampler=get_sampler(model.posterior(Z[:1]), torch.Size([self.mc_samples]), seed=self.seed),
+            objective=GenericMCObjective(lambda Y, X=None: Y[..., 0]),
+            constraints=[lambda Y: -math.log(cap) - Y[..., 1]],  # feasible when -log P95 >= -log cap
+        )
+        with torch.no_grad():
+            s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
+        return np.where(pq >= floor - 1e-12, s, -np.inf)
+
+    def _neg_cost_fn(self, pool: Pool):  # noqa: ANN202 - Callable[[Tensor], Tensor]
+        """``-$/h`` of canonical points as a torch function: pool plans by lookup, others by decoding."""
+        import torch
+
+        known = {z.tobytes(): -cd.cost_per_hour for z, cd in zip(pool.z, pool.candidates, strict=True)}
+        space = self.space
+
+        def neg_cost(Z: torch.Tensor) -> torch.Tensor:
+            flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy().astype(float)
+            vals = [known.get(z.tobytes()) for z in flat]
+            vals = [-space.decode(z).cost_per_hour if v is None else v for v, z in zip(vals, flat, strict=True)]
+            return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+
+        return neg_cost
 
     def _centres(self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, floor: float, kind: str) -> list[np.ndarray]:
         """Incumbents to search around: the best plans meeting the floor, plus the front for EHVI."""
@@ -255,8 +354,9 @@ class MoboStrategy:
             s = acq(Z).numpy().astype(float)
         return np.where(pq >= floor - 1e-12, s, -np.inf)
 
-    def _log_nehvi(self, gp, X, pool: Pool, floor: float, cap: float) -> np.ndarray:  # noqa: ANN001
-        """qLogNEHVI of (exact quality, GP ``-log P95``) with the reference point at the targets."""
+    def _log_nehvi(self, gp, X, pool: Pool, floor: float, cap: float, budget: float | None = None) -> np.ndarray:  # noqa: ANN001
+        """qLogNEHVI of (exact quality, GP ``-log P95``) with the reference point at the targets; with
+        ``budget``, of (exact quality, GP ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget)."""
         import torch
         from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
         from botorch.models.deterministic import GenericDeterministicModel
@@ -270,10 +370,15 @@ class MoboStrategy:
             vals = [self._quality(tuple(space._fractions(z))) for z in flat]
             return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
 
-        model = ModelList(GenericDeterministicModel(quality, num_outputs=1), gp)
+        models = [GenericDeterministicModel(quality, num_outputs=1), gp]
+        ref = [floor, -math.log(cap)]
+        if budget is not None:
+            models.append(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1))
+            ref.append(-budget)
+        model = ModelList(*models)
         acq = qLogNoisyExpectedHypervolumeImprovement(
             model=model,
-            ref_point=[floor, -math.log(cap)],
+            ref_point=ref,
             X_baseline=X,
             sampler=get_sampler(model.posterior(X[:1]), torch.Size([self.mc_samples]), seed=self.seed),
             prune_baseline=True,

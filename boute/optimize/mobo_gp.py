@@ -14,6 +14,8 @@ measures both.
 * Mixed variables: GPU shares are ordinal and (TP, PP) is categorical; ``optimize_acqf_mixed_alternating``
   optimises over them directly (``acq_optimizer="relaxed"`` falls back to a continuous relaxation).
 * Initial design: scrambled Sobol points (``n_init``), deterministic in the seed.
+* ``objective`` ``cost`` / ``pareto``: $/h (exact, a function of the deployment) joins as a third outcome of
+  the hypervolume (reference at the budget); the objective's rule then picks the plan from the trials.
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ class GPMoboStrategy:
         acq_optimizer: str = "relaxed",
         threads: int = 1,
         refit_every: int = 6,
+        objective: object = "latency",
     ) -> None:
         self.space = space
+        self.with_cost = str(getattr(objective, "name", objective) or "latency") != "latency"
         self.seed = seed
         self.n_init = n_init if n_init is not None else max(8, min(space.dim, 12))
         self.num_restarts = num_restarts
@@ -85,7 +89,7 @@ class GPMoboStrategy:
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
         n = len(trials)
         ok = [t for t in trials if t.ok]
-        if n < self.n_init or len(ok) < 3:
+        if sum(t.evaluated for t in trials) < self.n_init or len(ok) < 3:
             return self._sobol_point(n)
         x = self._bo_step(ok)
         seen = {t.candidate.key() for t in trials}
@@ -161,6 +165,19 @@ class GPMoboStrategy:
         constraints = [lambda Z: neg_log_cap - Z[..., 1]]
         if sc.targets.quality_floor > 0:
             constraints.append(lambda Z: floor - Z[..., 0])
+        if self.with_cost:
+            from botorch.models.deterministic import GenericDeterministicModel
+            from botorch.models.model import ModelList
+
+            space = self.space
+
+            def neg_cost(Z: torch.Tensor) -> torch.Tensor:
+                flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy()
+                vals = [-space.decode(z).cost_per_hour for z in flat]
+                return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+
+            model = ModelList(*model.models, GenericDeterministicModel(neg_cost, num_outputs=1))
+            ref = [*ref, -space.budget]
         acq = qLogNoisyExpectedHypervolumeImprovement(
             model=model,
             ref_point=ref,

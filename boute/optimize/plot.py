@@ -1,4 +1,10 @@
-"""Pareto plot (PNG, matplotlib Agg): every evaluated plan, the front, the targets, the chosen plan."""
+"""Front plots (PNG, matplotlib Agg): every evaluated plan, the front, the targets, the plan written.
+
+``latency``: quality against P95, the (quality, P95) front. ``cost`` and ``pareto``: the 3-D front of
+quality x P95 x $/h, drawn as its three pairwise projections side by side (a 3-D scatter hides depth on
+paper): each panel shows every evaluated plan in grey, the front points coloured by the third axis, the
+targets as dashed lines and the written plan as a star, so every front point can be read off two panels.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,32 @@ from pathlib import Path
 from typing import Any
 
 
+def _save(fig: Any, path: str | Path) -> Path:  # noqa: ANN401 - Figure
+    import matplotlib.pyplot as plt
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(p)
+    return p
+
+
+def _written(out: Any) -> Any:  # noqa: ANN401 - EvalResult | None
+    """The written plan's figures (the confirming evaluator's when confirmed), or None."""
+    t = out.final
+    if t is None or t.result is None:
+        return None
+    return out.confirmed.get(t.index, t.result)
+
+
 def plot_front(out: Any, path: str | Path) -> Path:  # noqa: ANN401 - session.Outcome
     import matplotlib
 
     matplotlib.use("Agg")
+    if getattr(out, "objective", None) is not None and out.objective.name != "latency":
+        return plot_front3(out, path)
     import matplotlib.pyplot as plt
 
     from boute.optimize.loop import targets_of
@@ -29,19 +57,112 @@ def plot_front(out: Any, path: str | Path) -> Path:  # noqa: ANN401 - session.Ou
     )
     ax.axvline(tg.quality_floor, ls="--", c="tab:red", lw=1, label="quality floor")
     ax.axhline(tg.p95_cap_s, ls=":", c="tab:red", lw=1, label="P95 cap")
-    if out.final is not None and out.final.result is not None:
-        r = out.final.result
+    r = _written(out)
+    if r is not None:
         ax.scatter([r.quality], [r.p95_latency_s], marker="*", s=160, c="tab:orange", zorder=5, label="chosen")
     ax.set_yscale("log")
     ax.set_xlabel("quality (profile scale)")
     ax.set_ylabel("P95 latency, s (log)")
-    ax.set_title(f"{out.space.scenario.name}: {len(out.trials)} evaluations (approximate perf model)")
+    ax.set_title(f"{out.space.scenario.name}: {out.evaluations} evaluations (approximate perf model)")
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(p)
-    return p
+    return _save(fig, path)
+
+
+def plot_front3(out: Any, path: str | Path) -> Path:  # noqa: ANN401 - session.Outcome
+    """The quality x P95 x $/h front as three pairwise projections (module doc)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from boute.optimize.loop import targets_of
+
+    tg = targets_of(out.space)
+    ok = [t for t in out.trials if t.ok]
+    fr = out.front
+    axes_def = {
+        "quality": ("quality (profile scale)", tg.quality_floor, "quality floor", False),
+        "p95_latency_s": ("P95 latency, s (log)", tg.p95_cap_s, "P95 cap", True),
+        "cost_per_hour": ("cost, $/h", tg.budget, "budget", False),
+    }
+    panels = (
+        ("cost_per_hour", "p95_latency_s", "quality"),
+        ("cost_per_hour", "quality", "p95_latency_s"),
+        ("quality", "p95_latency_s", "cost_per_hour"),
+    )
+    fig, axs = plt.subplots(1, 3, figsize=(15.0, 4.6), dpi=100)
+    r = _written(out)
+    for ax, (xk, yk, ck) in zip(axs, panels, strict=True):
+        xs = np.array([getattr(t.result, xk) for t in ok])
+        ys = np.array([getattr(t.result, yk) for t in ok])
+        ax.scatter(xs, ys, s=9, c="0.8", label=f"evaluated ({len(ok)})", zorder=1)
+        if fr:
+            cv = np.array([getattr(t.result, ck) for t in fr])
+            sc = ax.scatter(
+                [getattr(t.result, xk) for t in fr],
+                [getattr(t.result, yk) for t in fr],
+                s=42,
+                c=cv,
+                cmap="viridis",
+                edgecolors="k",
+                linewidths=0.5,
+                label=f"3-D front ({len(fr)})",
+                zorder=3,
+            )
+            cb = fig.colorbar(sc, ax=ax, pad=0.02)
+            cb.set_label(axes_def[ck][0].replace(" (log)", ""), fontsize=8)
+        for key, line in ((xk, ax.axvline), (yk, ax.axhline)):
+            _, v, name, _ = axes_def[key]
+            line(v, ls="--", c="tab:red", lw=1)
+            ax.annotate(
+                name,
+                xy=(v, 0.02) if key == xk else (0.01, v),
+                xycoords=("data", "axes fraction") if key == xk else ("axes fraction", "data"),
+                fontsize=7,
+                color="tab:red",
+                rotation=90 if key == xk else 0,
+                va="bottom",
+                ha="right" if key == xk else "left",
+            )
+        t = out.final
+        if t is not None and t.result is not None and r is not None and t.result is not r:
+            ax.scatter(  # where the search put the written plan, when the confirmation moved it
+                [getattr(t.result, xk)],
+                [getattr(t.result, yk)],
+                marker="o",
+                s=150,
+                facecolors="none",
+                edgecolors="tab:orange",
+                linewidths=1.5,
+                zorder=4,
+                label=f"written plan by {t.result.evaluator}",
+            )
+        if r is not None:
+            ax.scatter(
+                [getattr(r, xk)],
+                [getattr(r, yk)],
+                marker="*",
+                s=260,
+                c="tab:orange",
+                edgecolors="k",
+                linewidths=0.6,
+                zorder=5,
+                label=f"written ({r.evaluator})",
+            )
+        ax.set_xlabel(axes_def[xk][0].replace(" (log)", ""))
+        ax.set_ylabel(axes_def[yk][0])
+        if axes_def[yk][3]:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.25)
+    axs[0].legend(fontsize=7, loc="upper right")
+    n_scr = getattr(out, "screened", 0)
+    fig.suptitle(
+        f"{out.space.scenario.name}: objective {out.objective.label}, {out.evaluations} evaluations"
+        + (f" ({n_scr} screened out)" if n_scr else "")
+        + "; front = plans meeting all targets, none better on all three (approximate perf model)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return _save(fig, path)

@@ -69,3 +69,17 @@ STRATEGIES.register("nsga2", "boute.optimize.baselines:NSGA2Strategy", "NSGA-II"
 def make_strategy(name: str, space: Any, seed: int = 0, **options: Any) -> Any:  # noqa: ANN401 - Space, Strategy
     """The strategy called ``name`` for ``space``."""
     return STRATEGIES.get(name).load()(space, seed=seed, **options)
+
+
+#: what ``boute optimize --objective`` minimises among plans meeting the targets (boute/optimize/objectives.py)
+OBJECTIVES = Registry("objective", "--objective")
+OBJECTIVES.register("latency", "boute.optimize.objectives:make_objective", "lowest P95 (the paper's method)")
+OBJECTIVES.register("cost", "boute.optimize.objectives:make_objective", "lowest $/h")
+OBJECTIVES.register("pareto", "boute.optimize.objectives:make_objective", "quality x P95 x $/h front, --prefer picks")
+
+#: how ``--objective pareto`` picks the plan from the feasible front (``--prefer``)
+PREFERENCES = Registry("rule", "--prefer")
+PREFERENCES.register("knee", "boute.optimize.objectives:prefer_knee", "nearest the ideal, axes scaled target..best")
+PREFERENCES.register("cost", "boute.optimize.objectives:prefer_cost", "cheapest")
+PREFERENCES.register("latency", "boute.optimize.objectives:prefer_latency", "lowest P95")
+PREFERENCES.register("quality", "boute.optimize.objectives:prefer_quality", "highest quality")

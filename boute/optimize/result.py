@@ -1,8 +1,11 @@
 """What a search produced: trials, the Pareto front, the chosen plan, hypervolume.
 
-The chosen plan follows the method: among evaluated plans that meet the quality floor, the P95 cap and the
-budget, the one with the lowest P95 (ties: higher quality, then lower cost). When none meets them, the
-closest one is reported (smallest relative violation) and the caller says so.
+The chosen plan follows the objective (:mod:`boute.optimize.objectives`): among evaluated plans that meet
+the quality floor, the P95 cap and the budget, the lowest P95 (``latency``, the default: ties go to higher
+quality, then lower cost), the lowest $/h (``cost``), or the ``--prefer`` pick of the 3-D front
+(``pareto``). When none meets them, the closest one is reported (smallest relative violation) and the
+caller says so. Trials the screens removed (status ``screened``, :mod:`boute.optimize.screen`) were never
+evaluated and count for nothing here.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from boute.optimize.evaluators import EvalResult
+from boute.optimize.objectives import Objective, nondominated
 from boute.optimize.space import Candidate
 from boute.specs.targets import Targets
+
+#: the status of a trial the screens removed before any evaluation
+SCREENED = "screened"
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,11 @@ class Trial:
     def ok(self) -> bool:
         return self.status == "complete" and self.result is not None
 
+    @property
+    def evaluated(self) -> bool:
+        """Whether this trial cost an evaluation (screened ones did not; failed ones did)."""
+        return self.status != SCREENED
+
 
 def _arrays(trials: Sequence[Trial]) -> tuple[list[Trial], np.ndarray, np.ndarray, np.ndarray]:
     ok = [t for t in trials if t.ok]
@@ -45,18 +57,22 @@ def pareto_mask(quality: np.ndarray, p95: np.ndarray) -> np.ndarray:
     """Non-dominated points for (max quality, min P95); exact duplicates are all kept."""
     q = np.asarray(quality, dtype=float)
     p = np.asarray(p95, dtype=float)
-    if q.size == 0:
-        return np.zeros(0, dtype=bool)
-    better_eq = (q[None, :] >= q[:, None]) & (p[None, :] <= p[:, None])
-    strictly = (q[None, :] > q[:, None]) | (p[None, :] < p[:, None])
-    return ~np.any(better_eq & strictly, axis=1)
+    return nondominated(np.stack([-q, p], axis=1)) if q.size else np.zeros(0, dtype=bool)
 
 
-def pareto_front(trials: Sequence[Trial]) -> list[Trial]:
-    ok, q, p, _ = _arrays(trials)
-    mask = pareto_mask(q, p)
-    front = [t for t, m in zip(ok, mask, strict=True) if m]
-    return sorted(front, key=lambda t: (t.result.quality, t.result.p95_latency_s))  # type: ignore[union-attr]
+def pareto_front(
+    trials: Sequence[Trial], objective: Objective | None = None, targets: Targets | None = None
+) -> list[Trial]:
+    """The front the objective keeps: (quality, P95) over all plans for ``latency`` (as before), the 3-D
+    (quality, P95, $/h) front of the plans meeting ``targets`` for ``cost`` and ``pareto``."""
+    ok, q, p, c = _arrays(trials)
+    if objective is None or objective.name == "latency" or targets is None:
+        mask = pareto_mask(q, p)
+        front = [t for t, m in zip(ok, mask, strict=True) if m]
+        return sorted(front, key=lambda t: (t.result.quality, t.result.p95_latency_s))  # type: ignore[union-attr]
+    feas = np.flatnonzero(feasible_mask(ok, targets))
+    keep = feas[nondominated(np.stack([-q[feas], p[feas], c[feas]], axis=1))] if feas.size else feas
+    return sorted((ok[int(i)] for i in keep), key=lambda t: (t.result.cost_per_hour, t.result.p95_latency_s))  # type: ignore[union-attr]
 
 
 def feasible_mask(trials: Sequence[Trial], targets: Targets) -> np.ndarray:
@@ -70,16 +86,17 @@ def feasible_mask(trials: Sequence[Trial], targets: Targets) -> np.ndarray:
     )
 
 
-def choose(trials: Sequence[Trial], targets: Targets) -> tuple[Trial | None, Trial | None]:
-    """``(chosen, closest)``: the best plan meeting all targets (or None) and, when none does, the closest."""
+def choose(
+    trials: Sequence[Trial], targets: Targets, objective: Objective | None = None
+) -> tuple[Trial | None, Trial | None]:
+    """``(chosen, closest)``: the objective's answer among plans meeting all targets (or None) and, when
+    none does, the closest (smallest violation)."""
     ok, q, p, c = _arrays(trials)
     if not ok:
         return None, None
-    feas = feasible_mask(ok, targets)
-    if feas.any():
-        idx = np.flatnonzero(feas)
-        best = min(idx, key=lambda i: (p[i], -q[i], c[i], ok[i].index))
-        return ok[int(best)], None
+    i = (objective or Objective()).pick(q, p, c, feasible_mask(ok, targets), targets)
+    if i is not None:
+        return ok[i], None
     return None, ok[int(np.argmin(targets.violation(q, p, c)))]
 
 
@@ -115,15 +132,59 @@ def hypervolume_trace(trials: Sequence[Trial], targets: Targets) -> list[float]:
     return out
 
 
-def best_key_trace(trials: Sequence[Trial], targets: Targets) -> list[str | None]:
-    """Key of the chosen plan after each evaluation: convergence = unchanged for ``patience`` steps."""
-    out: list[str | None] = []
-    best: Trial | None = None
-    for t in trials:
+def hypervolume3(quality: np.ndarray, p95: np.ndarray, cost: np.ndarray, targets: Targets) -> float:
+    """3-D hypervolume in (quality, -log P95, -$/h) above the reference point (floor, -log cap, -budget).
+
+    BoTorch's exact box decomposition (``Hypervolume``); only plans meeting the targets contribute.
+    """
+    import torch
+    from botorch.utils.multi_objective.hypervolume import Hypervolume
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+
+    q, p, c = (np.asarray(v, dtype=float) for v in (quality, p95, cost))
+    keep = targets.mask(q, p, c)
+    if not keep.any():
+        return 0.0
+    Y = torch.tensor(np.stack([q[keep], -np.log(np.maximum(p[keep], 1e-12)), -c[keep]], axis=1), dtype=torch.double)
+    ref = torch.tensor([targets.quality_floor, -math.log(targets.p95_cap_s), -targets.budget], dtype=torch.double)
+    return float(Hypervolume(ref_point=ref).compute(Y[is_non_dominated(Y)]))
+
+
+class ChoiceTracker:
+    """The chosen plan after each evaluation, kept incrementally (the convergence test's history).
+
+    The answer of every objective lies on the 3-D front of the plans meeting the targets, so only that
+    front is kept: a new feasible plan either is dominated (the answer cannot change) or joins it.
+    """
+
+    def __init__(self, targets: Targets, objective: Objective | None = None) -> None:
+        self.targets = targets
+        self.objective = objective or Objective()
+        self.front: list[Trial] = []
+        self.keys: list[str | None] = []
+
+    def add(self, t: Trial) -> None:
+        if not t.evaluated:
+            return
         r = t.result
-        if t.ok and r is not None and targets.met_by(r.quality, r.p95_latency_s, r.cost_per_hour, r.quality_se):
-            b = best.result if best is not None else None
-            if b is None or (r.p95_latency_s, -r.quality) < (b.p95_latency_s, -b.quality):
-                best = t
-        out.append(None if best is None else best.candidate.key())
-    return out
+        if t.ok and r is not None and self.targets.met_by(r.quality, r.p95_latency_s, r.cost_per_hour, r.quality_se):
+            y = np.array([-r.quality, r.p95_latency_s, r.cost_per_hour])
+            ys = np.array([[-u.result.quality, u.result.p95_latency_s, u.result.cost_per_hour] for u in self.front])  # type: ignore[union-attr]
+            if not ys.size or not np.any(np.all(ys <= y, axis=1) & np.any(ys < y, axis=1)):
+                keep = ~(np.all(y <= ys, axis=1) & np.any(y < ys, axis=1)) if ys.size else np.zeros(0, dtype=bool)
+                self.front = [u for u, k in zip(self.front, keep, strict=True) if k] + [t]
+        if not self.front:
+            self.keys.append(None)
+            return
+        _, q, p, c = _arrays(self.front)
+        i = self.objective.pick(q, p, c, np.ones(len(q), dtype=bool), self.targets)
+        self.keys.append(None if i is None else self.front[i].candidate.key())
+
+
+def best_key_trace(trials: Sequence[Trial], targets: Targets, objective: Objective | None = None) -> list[str | None]:
+    """Key of the chosen plan after each evaluation (screened trials are not evaluations): convergence =
+    unchanged for ``patience`` steps."""
+    tr = ChoiceTracker(targets, objective)
+    for t in trials:
+        tr.add(t)
+    return tr.keys

@@ -1,4 +1,4 @@
-"""One optimisation run end to end: space, evaluator, strategy, tracking, resume, choice, confirmation.
+"""One optimisation run end to end: space, screens, evaluator, strategy, tracking, resume, choice, confirmation.
 
 The CLI and the bench both call :func:`optimize`; it owns no I/O beyond the tracking store and the
 ``on_trial`` callback (the CLI's progress bar), so the plan file is written by the caller.
@@ -15,8 +15,10 @@ from typing import Any
 from boute.errors import InfeasibleError
 from boute.optimize.evaluators import EvalResult, Evaluator, candidate_plan, make_evaluator
 from boute.optimize.loop import run_search, targets_of
+from boute.optimize.objectives import Objective, make_objective
 from boute.optimize.registry import make_strategy
-from boute.optimize.result import Trial, choose, hypervolume, pareto_front
+from boute.optimize.result import SCREENED, Trial, choose, hypervolume, hypervolume3, pareto_front
+from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate, Space
 from boute.specs import Plan, Prediction, ReplicaGroup, Scenario
 
@@ -41,7 +43,7 @@ def trial_row(t: Trial) -> dict[str, Any]:
     return {
         "index": t.index,
         "status": t.status,
-        "evaluator": t.result.evaluator if t.result else "",
+        "evaluator": t.result.evaluator if t.result else ("screen" if t.status == SCREENED else ""),
         "params": {
             "x": list(t.x),
             "z": list(t.z),
@@ -64,10 +66,24 @@ def trial_from_row(row: Any) -> Trial:  # noqa: ANN401 - TrialRow
     return Trial(row.index, tuple(p["x"]), tuple(p["z"]), cand, res, status=row.status, error=row.error)
 
 
-def settings_of(scenario: Scenario, mode: str, gpus: tuple[str, ...] | None) -> dict[str, Any]:
+def settings_of(
+    scenario: Scenario,
+    mode: str,
+    gpus: tuple[str, ...] | None,
+    objective: Objective | None = None,
+    screen: bool = True,
+) -> dict[str, Any]:
+    """What an experiment was run with (a resume must match). The objective and ``screen: false`` are
+    recorded only when they differ from the defaults, so experiments tracked before they existed resume."""
     doc = scenario.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+    extra: dict[str, Any] = {}
+    if objective is not None and objective.label != "latency":
+        extra["objective"] = objective.label
+    if not screen:
+        extra["screen"] = False
     return {
+        **extra,
         "scenario_sha": digest,
         "budget_per_hour": scenario.cluster.budget_per_hour,
         "quality_floor": scenario.targets.quality_floor,
@@ -90,13 +106,25 @@ class Outcome:
     experiment_name: str | None = None
     confirmed: dict[int, EvalResult] = field(default_factory=dict)  # trial index -> confirming result
     confirmations: list[Trial] = field(default_factory=list)  # the confirming evaluations, as trials
-    final: Trial | None = None  # the plan written (chosen, or the first front point the simulator confirms)
+    final: Trial | None = None  # the plan written: chosen, or the confirmation's pick (None: none confirmed)
+    objective: Objective = field(default_factory=Objective)
+    screen: dict[str, dict[str, int]] | None = None  # ScreenCounts of the search's proposals and MOBO's pool
+    confirm_closest: Trial | None = None  # when no confirmed plan meets the targets: the closest confirmed
+
+    @property
+    def evaluations(self) -> int:
+        """Trials that cost an evaluation (screened ones did not)."""
+        return sum(t.evaluated for t in self.trials)
+
+    @property
+    def screened(self) -> int:
+        return len(self.trials) - self.evaluations
 
     def infeasible_message(self) -> str:
         tg = targets_of(self.space)
         head = (
             f"no plan meets quality >= {tg.quality_floor:g} and P95 <= {tg.p95_cap_s:g} s within "
-            f"${tg.budget:g}/h after {len(self.trials)} evaluations"
+            f"${tg.budget:g}/h after {self.evaluations} evaluations"
         )
         if self.closest is None or self.closest.result is None:
             return head
@@ -104,6 +132,26 @@ class Outcome:
         return (
             f"{head}; closest: quality {r.quality:.4f}, P95 {r.p95_latency_s:.3g} s, ${r.cost_per_hour:.2f}/h "
             f"(trial {self.closest.index}); relax --quality-floor/--p95-cap or raise --budget"
+        )
+
+    def unconfirmed_message(self) -> str:
+        """Why nothing is written when the confirming evaluator rejects every plan it checked."""
+        tg = targets_of(self.space)
+        n = sum(t.result is not None for t in self.confirmations)
+        ev = next((t.result.evaluator for t in self.confirmations if t.result is not None), "the confirmation")
+        head = (
+            f"no plan meets quality >= {tg.quality_floor:g} and P95 <= {tg.p95_cap_s:g} s within "
+            f"${tg.budget:g}/h by {ev}: {n} plans confirmed after {self.evaluations} searched"
+        )
+        t = self.confirm_closest
+        if t is None:
+            return f"{head}; no plan could be confirmed; retry with more --max-confirm or --no-confirm"
+        r = self.confirmed[t.index]
+        s = t.result
+        fast = f" ({s.evaluator}: P95 {s.p95_latency_s:.3g} s)" if s is not None and s.evaluator != r.evaluator else ""
+        return (
+            f"{head}; closest: quality {r.quality:.4f}, P95 {r.p95_latency_s:.3g} s{fast}, "
+            f"${r.cost_per_hour:.2f}/h (trial {t.index}); raise --max-confirm, relax the targets or raise --budget"
         )
 
 
@@ -135,18 +183,25 @@ def optimize(
     experiment: str | None = None,
     on_trial: Callable[[Trial, list[Trial]], None] | None = None,
     strategy_options: dict[str, Any] | None = None,
+    objective: str | Objective = "latency",
+    prefer: str | None = None,
+    screen: bool = True,
 ) -> Outcome:
+    """Search, record, choose. ``objective``/``prefer``: :mod:`boute.optimize.objectives`; ``screen``: project
+    proposals onto the quality floor and drop plans over the capacity bound (:mod:`boute.optimize.screen`)."""
+    obj = objective if isinstance(objective, Objective) else make_objective(objective, prefer)
     space = Space.build(scenario, gpus=gpus)
     ev = make_evaluator(evaluator, scenario, mode, seed) if isinstance(evaluator, str) else evaluator
     check_targets_reachable(scenario, ev)
     if strategy == "mobo" and ev.quality_model is None:
         strategy = "mobo-gp"  # no exact quality to model: learn it too (recorded under its own name)
-    strat = make_strategy(strategy, space, seed, **(strategy_options or {}))
+    strat = make_strategy(strategy, space, seed, **{"objective": obj, **(strategy_options or {})})
+    scr = Screen.build(space, ev.quality_model, getattr(ev, "mode", mode)) if screen else None
     trials: list[Trial] = []
     exp_id = None
     name = experiment
     if store is not None:
-        settings = settings_of(scenario, mode, gpus)
+        settings = settings_of(scenario, mode, gpus, obj, screen)
         if name is None:
             tag = hashlib.sha256(json.dumps([settings, strategy, ev.name, seed], sort_keys=True).encode()).hexdigest()
             name = f"{scenario.name}-{strategy}-{ev.name}-s{seed}-{tag[:8]}"
@@ -166,17 +221,29 @@ def optimize(
 
     min_trials = getattr(strat, "n_init", 0) + 1
     done = run_search(
-        space, ev, strat, max_evals=max_evals, trials=trials, patience=patience, min_trials=min_trials, on_trial=record
+        space,
+        ev,
+        strat,
+        max_evals=max_evals,
+        trials=trials,
+        patience=patience,
+        min_trials=min_trials,
+        on_trial=record,
+        objective=obj,
+        screen=scr,
     )
     tg = targets_of(space)
-    chosen, closest = choose(done, tg)
-    front = pareto_front(done)
+    chosen, closest = choose(done, tg, obj)
+    front = pareto_front(done, obj, tg)
     ok = [t for t in done if t.ok]
-    hv = hypervolume([t.result.quality for t in ok], [t.result.p95_latency_s for t in ok], tg)  # type: ignore[misc,union-attr]
-    out = Outcome(space, done, chosen, closest, front, hv, resumed, exp_id, name, final=chosen)
+    q, p, c = ([getattr(t.result, k) for t in ok] for k in ("quality", "p95_latency_s", "cost_per_hour"))
+    hv = hypervolume(q, p, tg) if obj.name == "latency" else hypervolume3(q, p, c, tg)  # type: ignore[arg-type]
+    out = Outcome(space, done, chosen, closest, front, hv, resumed, exp_id, name, final=chosen, objective=obj)
+    out.screen = scr.summary() if scr is not None else None
     if store is not None:
-        store.add_front(exp_id, ev.name, [front_point(t) for t in front], hv, len(done))
-        store.set_status(exp_id, "complete" if chosen is not None else "infeasible")
+        store.add_front(exp_id, ev.name, [front_point(t) for t in front], hv, len(done), axes=obj.axes)
+        extra = {"screen_counts": out.screen} if out.screen is not None else {}
+        store.set_status(exp_id, "complete" if chosen is not None else "infeasible", **extra)
     return out
 
 
@@ -199,68 +266,27 @@ def confirm(
     evaluator: Evaluator,
     max_points: int = 4,
     store: Any = None,  # noqa: ANN401 - boute.tracking.Store
+    **options: Any,
 ) -> None:
-    """Re-evaluate the chosen plan and the best feasible front points with a costlier evaluator.
+    """Re-check the answer with a more faithful evaluator; only a plan it confirms can be written.
 
-    ``evaluator`` is the event simulator by default, or the live one (deploy and measure): a run may screen
-    with ``fast`` and confirm with ``live``. The final plan is the lowest-P95 plan the confirmation finds
-    meeting the targets; if it confirms none, the chosen plan stays (with its confirmed figures reported).
-    With a store, each confirmation is also a trial of the experiment (status ``confirmed``, its own
-    evaluator's name), so the experiment shows which evaluator measured what; strategies never learn from
-    them (they are not ``complete``), and a confirmation that fails is recorded as such and skipped.
+    See :mod:`boute.optimize.confirm` (``options``: ``max_evals``, ``seed``, ``strategy_options``): the best
+    plans meeting the targets are confirmed first, then the search continues with the confirming evaluator
+    if none passes; ``out.final`` is None when nothing confirmed meets the targets.
     """
-    tg = targets_of(out.space)
-    pool = [t for t in out.front if t.result and tg.met_by(t.result.quality, 0.0, 0.0)]  # the floor alone
-    pool.sort(key=lambda t: t.result.p95_latency_s)  # type: ignore[union-attr]
-    if out.chosen is not None and out.chosen not in pool:
-        pool.insert(0, out.chosen)
-    checked: list[Trial] = []
-    for t in _distinct(pool, max_points):
-        index = len(out.trials) + len(out.confirmations)
-        try:
-            res = evaluator(t.candidate)
-        except Exception as exc:  # noqa: BLE001 - a plan the confirming evaluator cannot run is not confirmed
-            row = Trial(index, t.x, t.z, t.candidate, None, status="failed", error=f"confirm: {exc}")
-        else:
-            out.confirmed[t.index] = res
-            checked.append(t)
-            row = Trial(index, t.x, t.z, t.candidate, res, status="confirmed")
-        out.confirmations.append(row)
-        if store is not None and out.experiment_id is not None:
-            store.add_trial(out.experiment_id, trial_row(row))
-    ok = [t for t in checked if out.confirmed[t.index].feasible]
-    if ok:
-        out.final = min(ok, key=lambda t: out.confirmed[t.index].p95_latency_s)
+    from boute.optimize.confirm import confirm as run_confirm
+
+    run_confirm(out, evaluator, max_points, store, **options)
+    if store is not None and out.experiment_id is not None and out.final is None:
+        store.set_status(out.experiment_id, "unconfirmed")
 
 
-#: front points whose deployments match and whose routing fractions differ by less than this are one plan
-#: for confirmation purposes: confirming four near-copies of one plan tells nothing about the others
-SAME_PLAN_FRACTION_TOL = 0.02
-
-
-def _distinct(pool: list[Trial], k: int) -> list[Trial]:
-    """The first ``k`` trials of ``pool`` that are not near-copies of an earlier pick."""
-    picked: list[Trial] = []
-    for t in pool:
-        c = t.candidate
-        if any(
-            u.candidate.deployment == c.deployment
-            and max(abs(a - b) for a, b in zip(u.candidate.fractions, c.fractions, strict=True))
-            < SAME_PLAN_FRACTION_TOL
-            for u in picked
-        ):
-            continue
-        picked.append(t)
-        if len(picked) == k:
-            break
-    return picked
-
-
-def build_plan(scenario: Scenario, out: Outcome, mode: str) -> Plan:
+def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None = None) -> Plan:
+    """The final plan, routed by ``router`` (the search's quality model's, whose scores its thresholds cut)."""
     t = out.final
     assert t is not None and t.result is not None
     r = out.confirmed.get(t.index, t.result)
-    plan = candidate_plan(scenario, t.candidate, mode, t.result.thresholds or None)
+    plan = candidate_plan(scenario, t.candidate, mode, t.result.thresholds or None, router=router)
     pred = Prediction(
         quality=r.quality,
         p95_latency_s=r.p95_latency_s,
@@ -271,4 +297,4 @@ def build_plan(scenario: Scenario, out: Outcome, mode: str) -> Plan:
         evaluator=r.evaluator,
         feasible=r.feasible,
     )
-    return plan.model_copy(update={"predicted": pred})
+    return plan.model_copy(update={"predicted": pred, "objective": out.objective.label})

@@ -291,14 +291,20 @@ class Space:
         return Candidate(tuple(float(f) for f in fr), tuple(groups), cost)
 
     # ---- encoding -------------------------------------------------------------------------------
+    def routing_point(self, fractions: np.ndarray | tuple[float, ...]) -> np.ndarray:
+        """The routing dims (stick-breaking inverse) that decode to ``fractions`` (one value per tier)."""
+        u = np.zeros(self.n_routing)
+        fr = np.asarray(fractions, dtype=float)
+        rest = 1.0
+        for j, ti in enumerate(self.active_tiers[: self.n_routing]):
+            u[j] = 0.0 if rest <= 1e-12 else min(1.0, max(0.0, fr[ti] / rest))
+            rest -= fr[ti]
+        return u
+
     def encode(self, cand: Candidate) -> np.ndarray:
         """The canonical point of a candidate: ``decode(encode(c))`` gives ``c`` back."""
         x = np.zeros(self.dim)
-        fr = np.asarray(cand.fractions, dtype=float)
-        rest = 1.0
-        for j, ti in enumerate(self.active_tiers[: self.n_routing]):
-            x[j] = 0.0 if rest <= 1e-12 else min(1.0, fr[ti] / rest)
-            rest -= fr[ti]
+        x[: self.n_routing] = self.routing_point(cand.fractions)
         by_key = {(g.tier, g.gpu): g for g in cand.deployment}
         tiers = self.scenario.tiers
         for p in self.pairs:

@@ -1,7 +1,8 @@
 """Efficiency calibration: files that override the per-GPU factors, and fitting them to measurements.
 
 Datasheet peaks are never reached; the performance model multiplies them by per-GPU efficiency factors
-(``GPUSpec.efficiency``). The packaged factors come from published measurements (docs/perf-model.md).
+(``GPUSpec.efficiency``). The packaged factors are the family values of the fit on published measurements
+(:mod:`boute.perf.fit`, docs/perf-model.md); a calibration file overrides them per GPU.
 A user who has measured their own hardware writes a calibration file::
 
     gpus:
@@ -53,6 +54,7 @@ class _Override(BaseModel):
 
     compute: float | None = Field(None, gt=0, le=1)
     compute_fp8: float | None = Field(None, gt=0, le=1)
+    compute_fp4: float | None = Field(None, gt=0, le=1)
     bandwidth: float | None = Field(None, gt=0, le=1)
     link: float | None = Field(None, gt=0, le=1)
     step_overhead_ms: float | None = Field(None, ge=0)

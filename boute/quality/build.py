@@ -59,8 +59,17 @@ def build_quality_model(
     from boute.quality.embed import Embedder
     from boute.quality.router import load_router, split_indices
 
-    emb = Embedder(cache_dir).embed(profile.prompts)
+    minilm: list[np.ndarray] = []
+
+    def emb() -> np.ndarray:
+        """MiniLM embeddings of the prompts (disk-cached): for a MiniLM router and the cascade's verifier
+        only; a static router embeds with its own table in milliseconds."""
+        if not minilm:
+            minilm.append(Embedder(cache_dir).embed(profile.prompts))
+        return minilm[0]
+
     if router_path is not None:
+        router_file = Path(router_path)
         router = load_router(router_path, cache_dir)
         if router.n_tiers != len(models):
             raise SpecError(
@@ -73,11 +82,11 @@ def build_quality_model(
         else:  # trained on other data: every query of this profile is held out for it
             test, train = np.arange(len(profile)), split_indices(len(profile), test_fraction, seed)[0]
     else:
-        router, train, test = _trained_router(profile, models, emb, cache_dir, seed, test_fraction)
+        router, train, test, router_file = _trained_router(profile, models, cache_dir, seed, test_fraction)
     cols = [profile.models.index(m) for m in models]
 
     def cascade_scores() -> np.ndarray:
-        return verifier_scores(profile, models, emb, train, cache_dir=cache_dir, seed=seed)
+        return verifier_scores(profile, models, emb(), train, cache_dir=cache_dir, seed=seed)
 
     info = {
         "profile": profile.source,
@@ -86,13 +95,19 @@ def build_quality_model(
         "n_queries": len(profile),
         "n_test": int(len(test)),
         "router": router.metadata.get("kind"),
+        # what serving loads to reproduce the routing: the router file (its weights; metadata beside it)
+        "router_path": str(Path(router_file).resolve()),
+        "profile_hash": profile.content_hash,
         "router_test_auc": router.metadata.get("test_auc"),
     }
     return QualityModel(
         tiers=tuple(tier_names or models),
         test_scores=profile.scores[np.ix_(test, cols)],
         test_index=test,
-        route_all=router.score_embeddings(emb, profile.prompts),
+        # a static router embeds with its own table (milliseconds); a MiniLM one reuses the cached embeddings
+        route_all=router.score(profile.prompts)
+        if router.static is not None
+        else router.score_embeddings(emb(), profile.prompts),
         cascade_scores=cascade_scores if len(models) > 1 else None,
         info=info,
     )
@@ -101,16 +116,16 @@ def build_quality_model(
 def _trained_router(
     profile: QualityProfile,
     models: list[str],
-    emb: np.ndarray,
     cache_dir: Path | None,
     seed: int,
     test_fraction: float,
-) -> tuple[Any, np.ndarray, np.ndarray]:
+) -> tuple[Any, np.ndarray, np.ndarray, Path]:
     """Train the router, or reuse the one trained before on the same profile, tiers and split.
 
-    Training picks its regularisation by cross-validation (~10 s on 2 cores) and depends on nothing but
-    the profile's content, the tier models and the split, so `boute optimize` and the tests would pay it
-    on every start; the result is cached beside the embeddings instead. A damaged entry is retrained.
+    The router is the static-embedding one: it is what the plan ships to the gateway, which scores it in
+    well under a millisecond per prompt (docs/quality.md). Training picks its regularisation by
+    cross-validation (seconds) and depends on nothing but the profile's content, the tier models and the
+    split, so it is cached beside the embeddings. A damaged entry is retrained.
     """
     import hashlib
     import json
@@ -118,17 +133,19 @@ def _trained_router(
     from boute.quality.embed import default_cache_dir
     from boute.quality.router import ROUTER_FORMAT, load_router, split_indices, train_router
 
-    key = json.dumps([ROUTER_FORMAT, profile.content_hash, list(models), seed, test_fraction])
+    key = json.dumps([ROUTER_FORMAT, "static", profile.content_hash, list(models), seed, test_fraction])
     path = Path(cache_dir or default_cache_dir()) / "routers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
     if path.is_file():
         try:
             train, test = split_indices(len(profile), test_fraction, seed)
-            return load_router(path, cache_dir), train, test
+            return load_router(path, cache_dir), train, test, path
         except (SpecError, KeyError, ValueError, OSError):
             pass
-    router, train, test = train_router(profile, models, emb, seed=seed, test_fraction=test_fraction)
+    from boute.quality.static_embed import load_static
+
+    router, train, test = train_router(profile, models, seed=seed, test_fraction=test_fraction, static=load_static())
     router.save(path)
-    return router, train, test
+    return router, train, test, path
 
 
 def verifier_scores(

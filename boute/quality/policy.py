@@ -74,6 +74,21 @@ def _midpoints(sorted_scores: np.ndarray, descending: bool = False) -> list[floa
     return [first, *inner, last]
 
 
+def thresholds_for_fractions(reference_scores: ArrayLike, fractions: ArrayLike) -> np.ndarray:
+    """Score cut points that send ``fractions[i]`` of the reference prompts to tier i (pre-route).
+
+    The one definition of fractions -> thresholds: the optimiser's quality model and the gateway both
+    call it (the model through its cached copy of the same midpoints). Cut k lies halfway between the
+    reference scores on either side of the cumulative count; 0% or 100% gives an infinite cut.
+    """
+    ref = np.sort(np.asarray(reference_scores, dtype=np.float64).reshape(-1))
+    if ref.size == 0:
+        raise ValueError("no reference scores to cut thresholds on")
+    mid = _midpoints(ref)
+    f = _check_fractions(fractions, len(np.asarray(fractions).reshape(-1)))
+    return np.array([mid[k] for k in _cum_index(f, len(mid) - 1)])
+
+
 @dataclass
 class QualityModel:
     """Held-out quality of preroute and cascade policies over ``tiers`` (small -> large).

@@ -1,4 +1,4 @@
-"""The learned pre-router: a linear classifier on MiniLM prompt embeddings that scores query difficulty.
+"""The learned pre-router: a linear classifier on prompt embeddings that scores query difficulty.
 
 Label, for tiers ordered small -> large: a query's *level* is the smallest tier that is good enough.
 ``label="relative"`` (default): good enough = as good as the best tier on that query (within
@@ -7,21 +7,33 @@ tiers the label is "only the large model is right". ``label="absolute"``: good e
 >= ``good_threshold`` (on GSM8K: "the small model is correct"). On GSM8K the relative label routes
 better (5-fold CV: APGR 0.65 vs 0.62 with the same features), see docs/quality.md.
 
-Features: the MiniLM embedding plus seven standardised prompt-shape features (length, how many numbers,
-digits, sentences, percent/dollar signs, fractions): on GSM8K the embedding alone reaches a CV AUC of
-0.57, with the shape features 0.61. A (multinomial) logistic regression predicts the level; the
+Features: the prompt embedding (see Embedders) plus seven standardised prompt-shape features (length, how
+many numbers, digits, sentences, percent/dollar signs, fractions): on GSM8K the MiniLM embedding alone
+reaches a CV AUC of 0.57, with the shape features 0.61. A (multinomial) logistic regression predicts the level; the
 difficulty score is its expected value scaled to [0, 1], so one score orders queries for any number of
 tiers and thresholds on it split traffic between them.
 
-A router is persisted as ``<out>`` (an ``.npz`` with the weights: numpy only, no pickle, so the router
-service loads it without scikit-learn) and ``<out>.json`` (metadata: tiers, embedder settings, the
-profile it was trained on and the held-out split, test metrics).
+Embedders (``metadata["embedder"]["kind"]``): ``static`` (default; token vectors distilled offline from
+MiniLM by model2vec, see :mod:`boute.quality.static_embed`: ~0.2 ms per prompt, numpy + ``tokenizers``
+only) or ``minilm`` (the transformer itself, ~15-20 ms of CPU per prompt, needs torch). Both reach the
+same held-out APGR within noise; the figures are in docs/quality.md and bench/results/router_speed.json.
+
+A router is persisted as files side by side, named after ``<out>``:
+
+- ``<out>``: the weights (``.npz``: numpy only, no pickle, so the gateway loads it without scikit-learn);
+- ``<out>.static.npy`` + ``<out>.tokenizer.json``: the static embedder's table and tokenizer (static only);
+- ``<out>.json``: metadata (tiers, embedder settings, profile and held-out split, test metrics) and
+  ``files``: ``{role: {"name", "sha256"}}`` for every other file, so a plan bundle can copy them and
+  :func:`load_router` refuses a missing or altered one. ``Router.files()`` lists all of them.
+
+Routers saved before the static embedder (``boute-router/1``: MiniLM, no ``files``) still load.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -33,31 +45,38 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.profiles import QualityProfile
+from boute.quality.static_embed import StaticEmbedder, sha256_file
 
-ROUTER_FORMAT = "boute-router/1"
-EMBED_FEATURES = 384 + 7  # MiniLM embedding + shape features
+ROUTER_FORMAT = "boute-router/2"
+LEGACY_FORMATS = ("boute-router/1",)  # MiniLM routers without a ``files`` list
+N_SHAPE = 7
+EMBED_FEATURES = 384 + N_SHAPE  # MiniLM embedding + shape features
+EMBEDDERS = ("static", "minilm")
+DEFAULT_EMBEDDER = "static"
 
 
 _NUM = re.compile(r"\d+(?:[.,]\d+)?")
+_FRACTION = re.compile(r"\d+\s*/\s*\d+")
+
+
+def shape_row(t: str) -> tuple[float, ...]:
+    """One prompt's seven shape features, in plain Python: ~5 us, a tenth of a static score, so the two
+    precompiled regexes stay (a numpy row per prompt would cost more than the regexes themselves)."""
+    nums = _NUM.findall(t)
+    return (
+        math.log1p(len(t)),
+        float(len(nums)),
+        math.log1p(sum(map(len, nums))),
+        float(t.count(".") + t.count("?")),
+        float(t.count("%")),
+        float(t.count("$")),
+        float(len(_FRACTION.findall(t))),
+    )
 
 
 def shape_features(prompts: Sequence[str]) -> np.ndarray:
     """Seven cheap prompt-shape features (unstandardised): multi-step problems are longer, more numeric."""
-    rows = []
-    for t in prompts:
-        nums = _NUM.findall(t)
-        rows.append(
-            [
-                np.log1p(len(t)),
-                len(nums),
-                np.log1p(sum(len(n) for n in nums)),
-                t.count(".") + t.count("?"),
-                t.count("%"),
-                t.count("$"),
-                len(re.findall(r"\d+\s*/\s*\d+", t)),
-            ]
-        )
-    return np.asarray(rows, dtype=np.float64).reshape(len(prompts), 7)
+    return np.array([shape_row(t) for t in prompts], dtype=np.float64).reshape(len(prompts), N_SHAPE)
 
 
 @dataclass(frozen=True)
@@ -129,37 +148,108 @@ def split_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, 
 
 @dataclass
 class Router:
-    """Scores prompts by difficulty in [0, 1] (higher = needs a larger tier)."""
+    """Scores prompts by difficulty in [0, 1] (higher = needs a larger tier).
+
+    ``static`` is set for routers on static embeddings; ``path`` once the router is saved or loaded (then
+    :meth:`files` can list what it needs).
+    """
 
     head: LinearHead
     feat_mean: np.ndarray
     feat_std: np.ndarray
     metadata: dict[str, Any] = field(default_factory=dict)
     cache_dir: Path | None = None
+    static: StaticEmbedder | None = None
+    path: Path | None = None
+    _folded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     @property
     def n_tiers(self) -> int:
         return int(self.metadata.get("n_tiers", 2))
 
+    @property
+    def cheap(self) -> bool:
+        """True for static routers: the gateway scores them inline (~0.2 ms, about what a thread hop costs);
+        a MiniLM router (15-20 ms) goes to a worker thread."""
+        return self.static is not None
+
+    @property
+    def embedder_kind(self) -> str:
+        """``static`` or ``minilm`` (routers saved before the static embedder existed are MiniLM)."""
+        return str(self.metadata.get("embedder", {}).get("kind", "minilm"))
+
     def features(self, emb: np.ndarray, prompts: Sequence[str]) -> np.ndarray:
         shape = (shape_features(prompts) - self.feat_mean) / self.feat_std
         return np.hstack([np.asarray(emb, np.float64), shape])
 
+    # ------------------------------------------------------------------------------------------ scoring
+    def _weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(embedding weights, shape weights, intercept) with the shape standardisation folded in, so
+        scoring is two dot products and no per-call (x - mean) / std."""
+        if self._folded is None:
+            coef = np.asarray(self.head.coef, np.float64)
+            d = coef.shape[1] - N_SHAPE
+            w_shape = coef[:, d:] / self.feat_std
+            b = np.asarray(self.head.intercept, np.float64) - w_shape @ self.feat_mean
+            self._folded = (np.ascontiguousarray(coef[:, :d]), np.ascontiguousarray(w_shape), b)
+        return self._folded
+
+    def _expected(self, z: np.ndarray) -> np.ndarray:
+        """Logits (n, K) -> expected level / (N-1), as :meth:`LinearHead.expected` does."""
+        classes = self.head.classes.astype(np.float64)
+        top = max(self.n_tiers - 1, 1)
+        if z.shape[1] == 1:
+            p1 = 1.0 / (1.0 + np.exp(-z[:, 0]))
+            return (classes[0] + (classes[1] - classes[0]) * p1) / top
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return (e @ classes) / e.sum(axis=1) / top
+
     def score_embeddings(self, emb: np.ndarray, prompts: Sequence[str]) -> np.ndarray:
         """Difficulty from precomputed embeddings of ``prompts`` (the shape features need the text)."""
-        return self.head.expected(self.features(emb, prompts), self.n_tiers - 1)
+        w_emb, w_shape, b = self._weights()
+        z = np.asarray(emb, np.float64) @ w_emb.T + shape_features(prompts) @ w_shape.T + b
+        return self._expected(z)
 
-    def score(self, prompts: Sequence[str]) -> np.ndarray:
-        """Embed (cached on disk for lists of 32+ prompts; a live request is not worth a file) and score."""
+    def embed(self, prompts: Sequence[str]) -> np.ndarray:
+        """This router's embeddings of ``prompts`` (MiniLM: disk-cached for lists of 32+ prompts)."""
+        if self.static is not None:
+            return self.static.embed(prompts)
         from boute.quality.embed import Embedder
 
         e = self.metadata.get("embedder", {})
         emb = Embedder(self.cache_dir, max_tokens=int(e.get("max_tokens", 256)), truncate=e.get("truncate", "right"))
-        x = emb.embed(prompts) if len(prompts) >= 32 else emb.encode(list(prompts))
-        return self.score_embeddings(x, prompts)
+        return emb.embed(prompts) if len(prompts) >= 32 else emb.encode(list(prompts))
+
+    def score(self, prompts: Sequence[str]) -> np.ndarray:
+        """Difficulty of each prompt in [0, 1] (float64 array, same order)."""
+        return self.score_embeddings(self.embed(prompts), prompts)
+
+    def score_one(self, prompt: str) -> float:
+        """One live prompt. Static: tokenise, gather, two dot products (~0.2 ms, no batching machinery);
+        equal to ``score([prompt])[0]`` (same arithmetic, one row)."""
+        if self.static is None:
+            return float(self.score([prompt])[0])
+        w_emb, w_shape, b = self._weights()
+        z = self.static.embed_one(prompt)[None, :] @ w_emb.T + np.array([shape_row(prompt)]) @ w_shape.T + b
+        return float(self._expected(z)[0])
+
+    # -------------------------------------------------------------------------------------------- files
+    def files(self) -> list[Path]:
+        """Every file needed to load this router: weights, metadata, then the static table and tokenizer.
+
+        A plan bundle copies these side by side; :func:`load_router` checks the hashes recorded in the
+        metadata's ``files``."""
+        if self.path is None:
+            from boute.errors import BouteError
+
+            raise BouteError("router has not been saved: no files yet (call Router.save)")
+        roles = self.metadata.get("files", {})
+        extra = [self.path.with_name(v["name"]) for k, v in roles.items() if k != "weights"]
+        return [self.path, meta_path(self.path), *extra]
 
     def save(self, path: str | Path) -> Path:
-        """Weights to ``path`` (npz) and metadata to ``path + '.json'``, each written atomically."""
+        """Weights to ``path`` (npz), static table + tokenizer beside it, metadata (with every file's sha256)
+        to ``path + '.json'`` last, each written atomically: a reader that finds the metadata finds the rest."""
         from boute.specs.io import write_atomic
 
         p = Path(path)
@@ -173,8 +263,21 @@ class Router:
             feat_std=self.feat_std,
         )
         _write_bytes_atomic(p, buf.getvalue())
-        write_atomic(meta_path(p), json.dumps(self.metadata, indent=2) + "\n")
+        written = {"weights": p}
+        if self.static is not None:
+            written["table"], written["tokenizer"] = (
+                p.with_name(p.name + TABLE_SUFFIX),
+                p.with_name(p.name + TOK_SUFFIX),
+            )
+            self.static.save(written["table"], written["tokenizer"])
+        meta = dict(self.metadata)
+        meta["files"] = {role: {"name": f.name, "sha256": sha256_file(f)} for role, f in written.items()}
+        write_atomic(meta_path(p), json.dumps(meta, indent=2) + "\n")
+        self.metadata, self.path = meta, p
         return p
+
+
+TABLE_SUFFIX, TOK_SUFFIX = ".static.npy", ".tokenizer.json"
 
 
 def meta_path(path: Path) -> Path:
@@ -196,8 +299,10 @@ def _write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def load_head(path: str | Path, expected_format: str) -> tuple[LinearHead, dict[str, Any], dict[str, np.ndarray]]:
+def read_metadata(path: str | Path, expected_format: str | tuple[str, ...]) -> dict[str, Any]:
+    """``<path>.json``, checked for the format (the weights file must exist too)."""
     p = Path(path)
+    formats = (expected_format,) if isinstance(expected_format, str) else expected_format
     if not p.is_file():
         raise SpecError(p, None, "file not found")
     mp = meta_path(p)
@@ -207,9 +312,43 @@ def load_head(path: str | Path, expected_format: str) -> tuple[LinearHead, dict[
         meta = json.loads(mp.read_text())
     except json.JSONDecodeError as exc:
         raise SpecError(mp, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
-    if not isinstance(meta, dict) or meta.get("format") != expected_format:
+    if not isinstance(meta, dict) or meta.get("format") not in formats:
         got = meta.get("format") if isinstance(meta, dict) else None
-        raise SpecError(mp, "format", f"expected '{expected_format}', got {got!r}")
+        raise SpecError(mp, "format", f"expected '{formats[0]}', got {got!r}")
+    return meta
+
+
+def verify_files(path: Path, meta: dict[str, Any], required: Sequence[str]) -> dict[str, Path]:
+    """The metadata's ``files`` as paths beside ``path``, each present with the recorded sha256.
+
+    Names must be bare file names (a bundle moves the files together; a path could point anywhere)."""
+    mp = meta_path(path)
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        raise SpecError(mp, "files", "missing: this router format lists its files with their sha256")
+    for role in required:
+        if role not in files:
+            raise SpecError(mp, f"files.{role}", "missing: the router needs this file")
+    out: dict[str, Path] = {}
+    for role, entry in files.items():
+        name, digest = (entry.get("name"), entry.get("sha256")) if isinstance(entry, dict) else (None, None)
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            raise SpecError(mp, f"files.{role}.name", f"must be a file name beside the router, got {name!r}")
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise SpecError(mp, f"files.{role}.sha256", f"must be a 64-hex-digit sha256, got {digest!r}")
+        f = path.with_name(name)
+        if not f.is_file():
+            raise SpecError(f, f"files.{role}", f"file not found (listed in {mp.name}; it is saved beside the router)")
+        got = sha256_file(f)
+        if got != digest:
+            raise SpecError(
+                f, f"files.{role}.sha256", f"hash mismatch: {mp.name} says {digest[:12]}..., file has {got[:12]}..."
+            )
+        out[role] = f
+    return out
+
+
+def _read_weights(p: Path) -> tuple[LinearHead, dict[str, np.ndarray]]:
     try:
         with np.load(p, allow_pickle=False) as z:
             head = LinearHead(z["coef"], z["intercept"], z["classes"])
@@ -218,32 +357,76 @@ def load_head(path: str | Path, expected_format: str) -> tuple[LinearHead, dict[
         raise SpecError(p, None, f"not a saved weights file ({exc})") from None
     if head.coef.ndim != 2 or head.intercept.shape[0] != head.coef.shape[0]:
         raise SpecError(p, "coef", f"inconsistent weight shapes {head.coef.shape} / {head.intercept.shape}")
+    return head, extra
+
+
+def load_head(
+    path: str | Path, expected_format: str | tuple[str, ...]
+) -> tuple[LinearHead, dict[str, Any], dict[str, np.ndarray]]:
+    """Weights + metadata of a linear model saved by :meth:`Router.save` (router or verifier)."""
+    meta = read_metadata(path, expected_format)
+    head, extra = _read_weights(Path(path))
     return head, meta, extra
 
 
 def load_router(path: str | Path, cache_dir: Path | None = None) -> Router:
-    """A router saved by :func:`train_router` (``boute router train``)."""
-    head, meta, extra = load_head(path, ROUTER_FORMAT)
+    """A router saved by :func:`train_router` (``boute router train``); every listed file's hash is checked.
+
+    Loading a static router imports numpy and ``tokenizers`` only (no torch, no transformers)."""
+    p = Path(path)
+    meta = read_metadata(p, (ROUTER_FORMAT, *LEGACY_FORMATS))
+    kind = str(meta.get("embedder", {}).get("kind", "minilm"))
+    if kind not in EMBEDDERS:
+        raise SpecError(meta_path(p), "embedder.kind", f"must be one of {', '.join(EMBEDDERS)}, got {kind!r}")
+    files = {"weights": p}
+    if meta["format"] == ROUTER_FORMAT:
+        files = verify_files(p, meta, ("weights", "table", "tokenizer") if kind == "static" else ("weights",))
+        if files["weights"] != p:
+            raise SpecError(meta_path(p), "files.weights.name", f"names {files['weights'].name}, not {p.name}")
+    elif kind == "static":
+        raise SpecError(meta_path(p), "format", f"a static router must be '{ROUTER_FORMAT}'")
+    head, extra = _read_weights(p)
     if "feat_mean" not in extra or "feat_std" not in extra:
-        raise SpecError(path, "feat_mean", "missing from the weights file")
-    if head.coef.shape[1] != EMBED_FEATURES:
-        raise SpecError(path, "coef", f"expects {head.coef.shape[1]} features, this version computes {EMBED_FEATURES}")
-    return Router(head, extra["feat_mean"], extra["feat_std"], meta, cache_dir)
+        raise SpecError(p, "feat_mean", "missing from the weights file")
+    static = None
+    if kind == "static":
+        max_tokens = int(meta.get("embedder", {}).get("max_tokens", 512))
+        info = {k: v for k, v in meta["embedder"].items() if k not in ("kind", "max_tokens", "dim")}
+        static = StaticEmbedder.load(files["table"], files["tokenizer"], max_tokens=max_tokens, info=info)
+    n_features = (static.dim if static is not None else 384) + N_SHAPE
+    if head.coef.shape[1] != n_features:
+        raise SpecError(p, "coef", f"expects {head.coef.shape[1]} features, this {kind} router computes {n_features}")
+    return Router(head, extra["feat_mean"], extra["feat_std"], meta, cache_dir, static, p)
 
 
 def train_router(
     profile: QualityProfile,
     tier_models: Sequence[str],
-    prompt_emb: np.ndarray,
+    prompt_emb: np.ndarray | None = None,
     *,
     seed: int = 0,
     test_fraction: float = 0.3,
     label: str = "relative",
     good_threshold: float = 0.5,
     embedder: dict[str, Any] | None = None,
+    static: StaticEmbedder | None = None,
 ) -> tuple[Router, np.ndarray, np.ndarray]:
-    """Train on a seeded split; returns (router, train indices, test indices). Test AUC is in metadata."""
+    """Train on a seeded split; returns (router, train indices, test indices). Test AUC is in metadata.
+
+    With ``static`` the router is a static one (``prompt_emb``, if given, must be ``static``'s embeddings
+    of the prompts; by default they are computed, in well under a second); otherwise ``prompt_emb`` are
+    MiniLM embeddings (:class:`boute.quality.embed.Embedder`, computed if not given)."""
     t0 = time.perf_counter()
+    if prompt_emb is None:
+        if static is not None:
+            prompt_emb = static.embed(profile.prompts)
+        else:
+            from boute.quality.embed import Embedder
+
+            prompt_emb = Embedder().embed(profile.prompts)
+    dim = static.dim if static is not None else 384
+    if prompt_emb.shape != (len(profile), dim):
+        raise ValueError(f"prompt embeddings have shape {prompt_emb.shape}, expected ({len(profile)}, {dim})")
     cols = [profile.models.index(m) for m in tier_models]
     levels = difficulty_levels(profile.scores[:, cols], label, good_threshold)
     train, test = split_indices(len(profile), test_fraction, seed)
@@ -253,20 +436,26 @@ def train_router(
     router = Router(LinearHead(np.zeros((1, 1)), np.zeros(1), np.arange(2)), mean, std)
     x = router.features(prompt_emb, profile.prompts)
     head, c = fit_head(x[train], levels[train], seed)
+    if static is not None:
+        kind = "logistic regression on static (model2vec-distilled MiniLM) prompt embeddings + 7 prompt-shape features"
+        emb_meta = {"kind": "static", **static.info, "max_tokens": static.max_tokens, "dim": static.dim}
+    else:
+        kind = "logistic regression on MiniLM prompt embeddings + 7 prompt-shape features"
+        emb_meta = {"kind": "minilm", **(embedder or {"max_tokens": 256, "truncate": "right"})}
     meta: dict[str, Any] = {
         "format": ROUTER_FORMAT,
-        "kind": "logistic regression on MiniLM prompt embeddings + 7 prompt-shape features",
+        "kind": kind,
         "n_tiers": len(tier_models),
         "tiers": list(tier_models),
         "label": label,
         "good_threshold": good_threshold,
         "C": c,
-        "embedder": embedder or {"max_tokens": 256, "truncate": "right"},
+        "embedder": emb_meta,
         "profile": {"source": profile.source, "hash": profile.content_hash, "n": len(profile)},
         "split": {"seed": seed, "test_fraction": test_fraction, "test_indices": test.tolist()},
         "train_seconds": round(time.perf_counter() - t0, 3),
     }
-    router = Router(head, mean, std, meta)
+    router = Router(head, mean, std, meta, static=static)
     s = router.head.expected(x, len(tier_models) - 1)
     hard = levels > 0  # "the smallest tier is not good enough"
     meta["test_auc"], meta["train_auc"] = _auc(s[test], hard[test]), _auc(s[train], hard[train])
@@ -282,3 +471,8 @@ def _auc(score: np.ndarray, positive: np.ndarray) -> float | None:
         return None
     r = rankdata(score)
     return round(float((r[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)), 4)
+
+
+def router_files(path: str | Path) -> list[Path]:
+    """Every file the router at ``path`` needs (weights first), its hashes checked: what a plan bundle copies."""
+    return load_router(path).files()

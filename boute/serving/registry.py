@@ -5,7 +5,8 @@ Layout under a prefix ``P`` (default ``boute``, so several deployments share one
 - ``P:backends``: one JSON list of :class:`BackendSpec` (the registry; writers replace it under WATCH);
 - ``P:plan``: ``{"version", "plan"}``, the active plan, its version taken from ``P:plan:version`` (INCR);
 - ``P:down:<backend id>``: set with the cooldown as TTL when a gateway trips a replica;
-- ``P:events``: the pub/sub channel; messages ``{"kind": "plan"|"backends"|"down", ...}``.
+- ``P:events``: the pub/sub channel; messages ``{"kind": "plan"|"backends"|"down", ...}``;
+- ``P:artifact:<sha256>``: the bytes of a plan bundle's file, so every gateway can load the plan's router.
 """
 
 from __future__ import annotations
@@ -62,3 +63,6 @@ class RedisKeys:
     @property
     def events(self) -> str:
         return f"{self.prefix}:events"
+
+    def artifact(self, sha256: str) -> str:
+        return f"{self.prefix}:artifact:{sha256}"

@@ -148,3 +148,49 @@ def capacity_rps(tm: ReplicaTiming, ln: Lengths) -> float:
     bmax = kv_batch(tm, ln)
     per_step = bmax / ln.mean_out
     return per_step / (_step(tm, bmax, ln.seq_ctx) + _prefill(tm, per_step, ln))
+
+
+@dataclass(frozen=True)
+class PrefillQueue:
+    """The replica's prefill stage seen as a single server with priority over decode (M/G/1).
+
+    Prompts are prefilled FCFS ahead of decode steps, so a prompt waits for the prefill work queued before
+    it (Pollaczek-Khinchine), and a decoding request is preempted by every prefill that arrives while it
+    decodes (a low-priority job under preemptive priority). At prefill-heavy shapes (long prompts, short
+    answers) these two terms dominate the tail; the operating point's mean prefill share does not show them.
+    """
+
+    rho: float  # utilisation of the prefill stage used by the queue formulas
+    work_rho: float  # prompt work alone (tokens x per-token cost of a full chunk): long-prompt pressure
+    wait_mean: float  # mean wait for the prefill stage (s)
+    wait_var: float  # its variance (exponential tail with mass rho at 0 removed)
+    stall_var_per_token: float  # variance added to the decode phase per generated token (s^2)
+
+
+#: utilisation of the prefill stage beyond which the queue formulas are capped (the tier is then near
+#: saturation anyway and the fast path flags itself as uncertain)
+MAX_PREFILL_RHO = 0.97
+
+
+def prefill_queue(tm: ReplicaTiming, lam: float, ln: Lengths, op: OperatingPoint) -> PrefillQueue:
+    """Prefill-stage waiting and decode-stall variance at arrival rate ``lam`` (see :class:`PrefillQueue`).
+
+    The stage's utilisation is the larger of the operating point's share of time in prefill (which counts
+    short prompts batched into one iteration) and the prompt work at the per-token cost of a full chunk
+    (a lower bound: long prompts are compute-bound, batching saves them little), so the mean service per
+    prompt is ``rho / lam``; its second moment follows the prompt lengths' (prefill time is close to
+    linear in the tokens). A decode phase of
+    n steps of ``step_s`` is stretched by the prefill work that arrives meanwhile: variance
+    ``n step lam E[S^2] / (1 - rho)^3``.
+    """
+    if lam <= 0:
+        return PrefillQueue(0.0, 0.0, 0.0, 0.0, 0.0)
+    per_token = tm.prefill(tm.chunk, tm.chunk * ln.mean_in) / tm.chunk
+    work = lam * per_token * ln.mean_in
+    rho = min(max(op.prefill_share, work), MAX_PREFILL_RHO)
+    s1 = rho / lam
+    s2 = s1 * s1 * ln.in_sq / max(ln.mean_in * ln.mean_in, 1e-9)
+    wq = lam * s2 / (2.0 * (1.0 - rho))
+    wait_var = max(0.0, 2.0 * wq * wq / max(rho, 1e-9) - wq * wq)
+    stall = op.step_s * lam * s2 / (1.0 - rho) ** 3
+    return PrefillQueue(rho, work, wq, wait_var, stall)

@@ -28,7 +28,8 @@ import numpy as np
 from scipy.special import gammainc
 
 from boute.errors import InfeasibleError
-from boute.sim.capacity import Lengths, OperatingPoint, capacity_rps, kv_batch, operating_point
+from boute.sim.capacity import Lengths, OperatingPoint, capacity_rps, kv_batch, operating_point, prefill_queue
+from boute.sim.confidence import BASE_BAND, Confidence, assess, needs_confirmation
 from boute.sim.engine import JUDGE_DELAY_S, group_label, plan_cost, scenario_catalog
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
 from boute.specs.plan import ReplicaGroup
@@ -46,6 +47,23 @@ class FastResult:
     utilisation: tuple[float, ...]  # per tier, offered / capacity
     stable: bool
     cost_per_hour: float
+    #: how far to trust p95_latency_s (see :mod:`boute.sim.confidence`); ``uncertain`` -> confirm by simulation
+    confidence: Confidence = Confidence(BASE_BAND, ())
+    #: busiest replica's prompt work per second (prefill at a full chunk's per-token cost): long-prompt pressure
+    prefill_utilisation: float = 0.0
+
+    @property
+    def uncertain(self) -> bool:
+        """True where the fast path is known to be weak: the optimiser should confirm with the simulator."""
+        return self.confidence.uncertain
+
+    @property
+    def uncertainty_reasons(self) -> tuple[str, ...]:
+        return self.confidence.reasons
+
+    def needs_confirmation(self, p95_cap_s: float) -> bool:
+        """Uncertain, or the P95 cap lies inside this evaluation's P95 band (the verdict could flip)."""
+        return needs_confirmation(self.p95_latency_s, self.confidence, p95_cap_s)
 
 
 # ---- caches: the optimiser calls us thousands of times with the same scenario and few replica types ----
@@ -129,30 +147,41 @@ def mixture_quantiles(
 
 
 _RHO_GRID = (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.87, 0.93, 0.97, 0.985, 0.995)
-_LOAD: dict[tuple, tuple[list[float], list[float], list[float], list[float]]] = {}
+_LOAD: dict[tuple, tuple[list[float], ...]] = {}
 
 
 def _residence(op: OperatingPoint, mean_out: float) -> float:
     return 0.5 * op.step_s + op.prefill_s + op.step_s / max(1e-9, 1.0 - op.prefill_share) * (mean_out - 1)
 
 
-def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float], list[float], list[float], list[float]]:
+def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float], ...]:
     """One replica over a grid of rates up to its capacity (cached per replica type and lengths):
-    outstanding requests (rate x residence, Little), rate, time to first token A, per-token time tau.
-    Evaluations interpolate in it instead of re-solving the operating point."""
+    outstanding requests (rate x residence, Little), rate, time to first token A (with the wait for the
+    prefill stage), per-token time tau, the prefill wait's variance, the decode-stall variance per token
+    and the prefill stage's utilisation. Evaluations interpolate in it instead of re-solving."""
     key = (id(tm), ln)
     hit = _LOAD.get(key)
     if hit is None:
         lams = [r * mu for r in _RHO_GRID]
         ops = [operating_point(tm, x, ln) for x in lams]
-        outs = [x * _residence(op, ln.mean_out) for x, op in zip(lams, ops, strict=True)]
+        pqs = [prefill_queue(tm, x, ln, op) for x, op in zip(lams, ops, strict=True)]
+        outs = [x * (_residence(op, ln.mean_out) + q.wait_mean) for x, op, q in zip(lams, ops, pqs, strict=True)]
         for i in range(1, len(outs)):  # guard monotonicity against approximation wiggles
             outs[i] = max(outs[i], outs[i - 1] + 1e-9)
-        a = [0.5 * op.step_s + op.prefill_s for op in ops]
+        a = [0.5 * op.step_s + op.prefill_s + q.wait_mean for op, q in zip(ops, pqs, strict=True)]
         tau = [op.step_s / max(1e-9, 1.0 - op.prefill_share) for op in ops]
         if len(_LOAD) > 65536:
             _LOAD.clear()
-        hit = _LOAD[key] = (outs, lams, a, tau)
+        hit = _LOAD[key] = (
+            outs,
+            lams,
+            a,
+            tau,
+            [q.wait_var for q in pqs],
+            [q.stall_var_per_token for q in pqs],
+            [q.work_rho for q in pqs],
+            [q.wait_mean for q in pqs],
+        )
     return hit
 
 
@@ -181,10 +210,15 @@ def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.n
     return hit[0], hit[1]
 
 
+def _at(cv: tuple[list[float], ...], lam: float) -> tuple[float, ...]:
+    """(A, tau, wait variance, stall variance per token, prefill utilisation, mean prefill wait) at ``lam``."""
+    return tuple(float(np.interp(lam, cv[1], cv[k])) for k in (2, 3, 4, 5, 6, 7))
+
+
 def _balance(
     groups: list[tuple[ReplicaTiming, int, float, int]], lam: float, ln: Lengths
-) -> tuple[list[tuple[float, float]], list[float]]:
-    """(A, tau) and request share of each group under least-outstanding, capacity-weighted balancing.
+) -> tuple[list[tuple[float, ...]], list[float]]:
+    """(A, tau, variances, prefill utilisation) and request share of each group under least-outstanding, capacity-weighted balancing.
 
     The balancer equalises (outstanding + 1) / capacity across replicas, and outstanding = rate x
     residence (Little), so at a common level ``c`` each replica holds ``c * mu_g - 1`` requests; its rate
@@ -196,8 +230,8 @@ def _balance(
     curves = [_load_curve(tm, mu, ln) for tm, _, mu, _ in groups]
     if len(groups) == 1:
         _, n, _, _ = groups[0]
-        _, ls, a, tau = curves[0]
-        return [(float(np.interp(lam / n, ls, a)), float(np.interp(lam / n, ls, tau)))], [1.0]
+        cv = curves[0]
+        return [_at(cv, lam / n)], [1.0]
     mus = np.array([mu for _, _, mu, _ in groups])
     counts = np.array([n for _, n, _, _ in groups], dtype=float)
     cs, tot = _tier_curve(counts, mus, curves)
@@ -208,10 +242,7 @@ def _balance(
         lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
         got = sum(n * x for n, x in zip(counts, lams, strict=True))
         lams = [x * lam / got for x in lams] if got > 0 else lams
-    at = [
-        (float(np.interp(x, cv[1], cv[2])), float(np.interp(x, cv[1], cv[3])))
-        for x, cv in zip(lams, curves, strict=True)
-    ]
+    at = [_at(cv, x) for x, cv in zip(lams, curves, strict=True)]
     return at, [n * x / lam for (_, n, _, _), x in zip(groups, lams, strict=True)]
 
 
@@ -249,13 +280,16 @@ def fast_evaluate(
     capacity = rate / worst if worst > 0 else math.inf
     if worst >= 1.0:
         inf = math.inf
-        return FastResult(inf, inf, inf, rate / worst, capacity, tuple(util), False, cost)
+        conf = assess(worst, 0.0, stats.arrival_cv, False)
+        return FastResult(inf, inf, inf, rate / worst, capacity, tuple(util), False, cost, conf)
 
     var_o = max(stats.output_sq_mean - stats.mean_output**2, 1e-6)
     cs2 = var_o / stats.mean_output**2
     ca2 = stats.arrival_cv**2
+    cs2_pf = max(stats.input_sq_mean / max(stats.mean_input**2, 1e-9) - 1.0, 0.0)  # prefill time ~ prompt length
     # per tier: load-weighted fixed part A, per-token time tau, and slot-wait moments
     tier_a, tier_tau, tier_w1, tier_w2, comps = [], [], [], [], []
+    prefill_rho = 0.0
     for k, groups in enumerate(per_tier):
         lam_k = rate * visits[k]
         if lam_k <= 0 or not groups:
@@ -264,13 +298,22 @@ def fast_evaluate(
         rho = util[k]
         slots = sum(c * s for _, c, _, s in groups)
         at, shares = _balance(groups, lam_k, ln)
+        ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
         a_sum = tau_sum = svc = 0.0
-        for (a, tau), share in zip(at, shares, strict=True):
+        for (_, count, _, _), (a, tau, wvar, svar, prho, wq), share in zip(groups, at, shares, strict=True):
             a_sum += share * a
             tau_sum += share * tau
             svc += share * (a + tau * (stats.mean_output - 1))
-            comps.append((k, share, a, tau))
-        ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
+            # the curves assume Poisson arrivals (M/G/1 prefill stage); Kingman's G/G/1 factor scales the
+            # prefill wait and the clustering of the prefills that stall decoding for burstier arrivals. A
+            # replica sees the tier's stream thinned to its share p (Whitt: ca2 = 1 + p (ca2_tier - 1))
+            ca2_rep = 1.0 + (ca2_k - 1.0) * share / count
+            gg = (ca2_rep + cs2_pf) / (1.0 + cs2_pf)
+            a += wq * (gg - 1.0)
+            wq *= gg
+            extra_var = (wvar + max(stats.mean_output - 1.0, 0.0) * svar) * gg * gg
+            comps.append((k, share, a, tau, wq, extra_var))
+            prefill_rho = max(prefill_rho, prho)
         p_wait = _erlang_c(slots, rho)
         wc = svc / (slots * (1.0 - rho)) * 0.5 * (ca2_k + cs2)
         tier_a.append(a_sum), tier_tau.append(tau_sum)
@@ -290,9 +333,11 @@ def fast_evaluate(
             w_l.append(ends / total), s_l.append(a - tau), m_l.append(tau * stats.mean_output + w1)
             v_l.append(tau * tau * var_o + w2)
     else:
-        for k, share, a, tau in comps:
-            w_l.append(visits[k] * share), s_l.append(a - tau), m_l.append(tau * stats.mean_output + tier_w1[k])
-            v_l.append(tau * tau * var_o + tier_w2[k] - tier_w1[k] ** 2)
+        for k, share, a, tau, wq, extra_var in comps:
+            # the prefill-stage wait is random: it joins the gamma-shaped variable part, not the shift
+            w_l.append(visits[k] * share), s_l.append(a - wq - tau)
+            m_l.append(tau * stats.mean_output + tier_w1[k] + wq)
+            v_l.append(tau * tau * var_o + tier_w2[k] - tier_w1[k] ** 2 + extra_var)
     w = np.asarray(w_l)
     shift = np.asarray(s_l)
     m = np.maximum(np.asarray(m_l), 1e-9)
@@ -301,4 +346,5 @@ def fast_evaluate(
     scale = v / m
     p50, p95 = mixture_quantiles(w, shift, shape, scale, (0.5, 0.95))
     mean = float((w * (shift + m)).sum() / w.sum())
-    return FastResult(p95, p50, mean, rate, capacity, tuple(util), True, cost)
+    conf = assess(worst, prefill_rho, stats.arrival_cv, True)
+    return FastResult(p95, p50, mean, rate, capacity, tuple(util), True, cost, conf, prefill_rho)

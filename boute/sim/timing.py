@@ -4,9 +4,9 @@ The simulator needs millions of step times; calling numpy per step (or per event
 time. Between two events a replica's batch is fixed and every decode step grows each context by one
 token, so the time of ``k`` steps is a sum of ``f_B(C + B j)`` for j < k. We tabulate, once per replica
 type, each batch size's step time as a function of total context: the perf model's decode step is
-convex and piecewise linear in context (``max(compute, memory)`` of two lines plus constants), so the
-tangent lines at zero and at the KV capacity reproduce it, and a k-step sum becomes two arithmetic series.
-The linearisation error is measured on sample points at build time (``max_rel_error``) and tested.
+smooth and convex in context (a roofline of two lines plus constants), so chords between a few knots
+reproduce it, and a k-step sum becomes one arithmetic series per segment it crosses. The linearisation
+error is measured on sample points at build time (``max_rel_error``) and tested.
 
 Prefill time is tabulated over chunk sizes at the two extremes of the causal-attention term (many tiny
 prompts vs one prompt) and interpolated linearly in between (exact where prefill is compute-bound).
@@ -49,6 +49,12 @@ def _solve_lin(a: float, s: float, c: float, b: int, tau: float) -> int:
     return n
 
 
+#: knots of the piecewise-linear decode-step table over total context (uniform on [0, KV capacity]); the
+#: step is smooth and convex in context (a roofline of two lines), so chords between knots bound it from
+#: above within ~1e-4 with this many
+DECODE_KNOTS = 8
+
+
 @dataclass
 class ReplicaTiming:
     """Tabulated step times of one replica type (lists, for fast scalar indexing)."""
@@ -59,11 +65,9 @@ class ReplicaTiming:
     chunk: int
     pf_lo: list[float]  # prefill_time(n, sum_sq = n): n one-token prompts
     pf_hi: list[float]  # prefill_time(n, sum_sq = n^2): one prompt
-    a0: list[float]  # decode step of batch B: max(a0 + s0 x, a1 + s1 x), x = total context
-    s0: list[float]
-    a1: list[float]
-    s1: list[float]
-    kink: list[float]  # x where the second line takes over
+    knots: list[float]  # context knots x_0 = 0 < ... < x_m; past x_m the tangent at x_m extrapolates
+    a: list[list[float]]  # per batch B, per segment j (m chords, then the tangent): step = a + s * context
+    s: list[list[float]]
     max_rel_error: float
 
     # ---- prefill -------------------------------------------------------------------------------
@@ -77,34 +81,61 @@ class ReplicaTiming:
         return lo + (hi - lo) * min(1.0, max(0.0, w))
 
     # ---- decode --------------------------------------------------------------------------------
+    def _segment(self, ctx: float) -> int:
+        kn = self.knots
+        j = 0
+        last = len(kn) - 1
+        while j < last and ctx >= kn[j + 1]:
+            j += 1
+        return j
+
     def step(self, b: int, ctx: float) -> float:
         """One decode iteration of ``b`` sequences with total context ``ctx``."""
-        return max(self.a0[b] + self.s0[b] * ctx, self.a1[b] + self.s1[b] * ctx)
+        j = self._segment(ctx)
+        return self.a[b][j] + self.s[b][j] * ctx
 
     def decode(self, b: int, ctx: float, k: int) -> float:
         """Time of ``k`` decode steps starting at total context ``ctx`` (each step adds ``b``)."""
         if k <= 0:
             return 0.0
-        xk = self.kink[b]
-        if ctx + b * (k - 1) <= xk:
-            return _lin(self.a0[b], self.s0[b], ctx, b, k)
-        if ctx >= xk:
-            return _lin(self.a1[b], self.s1[b], ctx, b, k)
-        n0 = int((xk - ctx) // b) + 1
-        return _lin(self.a0[b], self.s0[b], ctx, b, n0) + _lin(self.a1[b], self.s1[b], ctx + b * n0, b, k - n0)
+        kn, ab, sb = self.knots, self.a[b], self.s[b]
+        last = len(kn) - 1
+        j = self._segment(ctx)
+        total = 0.0
+        c = ctx
+        left = k
+        while left > 0:
+            if j >= last:
+                return total + _lin(ab[j], sb[j], c, b, left)
+            n = min(left, int((kn[j + 1] - c) // b) + 1) if c < kn[j + 1] else 0
+            if n > 0:
+                total += _lin(ab[j], sb[j], c, b, n)
+                c += b * n
+                left -= n
+            j += 1
+        return total
 
     def steps_within(self, b: int, ctx: float, tau: float) -> int:
         """Smallest number of decode steps whose total time reaches ``tau`` (0 if tau <= 0)."""
         if tau <= 0.0:
             return 0
-        xk = self.kink[b]
-        if ctx >= xk:
-            return _solve_lin(self.a1[b], self.s1[b], ctx, b, tau)
-        n0 = int((xk - ctx) // b) + 1 if math.isfinite(xk) else 1 << 60
-        t0 = _lin(self.a0[b], self.s0[b], ctx, b, n0) if n0 < (1 << 60) else math.inf
-        if tau <= t0:
-            return _solve_lin(self.a0[b], self.s0[b], ctx, b, tau)
-        return n0 + _solve_lin(self.a1[b], self.s1[b], ctx + b * n0, b, tau - t0)
+        kn, ab, sb = self.knots, self.a[b], self.s[b]
+        last = len(kn) - 1
+        j = self._segment(ctx)
+        done = 0
+        c = ctx
+        while True:
+            if j >= last:
+                return done + _solve_lin(ab[j], sb[j], c, b, tau)
+            n = int((kn[j + 1] - c) // b) + 1 if c < kn[j + 1] else 0
+            if n > 0:
+                t = _lin(ab[j], sb[j], c, b, n)
+                if tau <= t:
+                    return done + _solve_lin(ab[j], sb[j], c, b, tau)
+                tau -= t
+                done += n
+                c += b * n
+            j += 1
 
 
 def build_timing(
@@ -118,26 +149,27 @@ def build_timing(
     pf_lo = np.asarray(perf.prefill_time(n, n), dtype=float)
     pf_hi = np.asarray(perf.prefill_time(n, n * n), dtype=float)
     b = np.arange(max_running + 1, dtype=float)
-    bb = np.maximum(b, 1.0)
+    bb = np.maximum(b, 1.0)[:, None]
     x_max = float(max(kv, 1))
+    # uniform knots up to the KV capacity, then a few doublings for callers that probe past it
+    knots = np.concatenate(
+        [np.linspace(0.0, x_max, DECODE_KNOTS + 1), x_max * np.array([1.5, 2.0, 3.0, 4.0, 6.0, 8.0])]
+    )
+    f = np.asarray(perf.decode_step_time(bb, knots[None, :]), dtype=float)  # (batch, knot)
+    slope = np.diff(f, axis=1) / np.diff(knots)[None, :]
+    inter = f[:, :-1] - slope * knots[None, :-1]
+    # past the last knot (never reached in simulation): the tangent there
     h = max(1.0, x_max * 1e-4)
-    f0 = np.asarray(perf.decode_step_time(bb, 0.0), dtype=float)
-    fh = np.asarray(perf.decode_step_time(bb, h), dtype=float)
-    fx = np.asarray(perf.decode_step_time(bb, x_max), dtype=float)
-    fxh = np.asarray(perf.decode_step_time(bb, x_max - h), dtype=float)
-    s0 = (fh - f0) / h
-    s1 = (fx - fxh) / h
-    a0 = f0
-    a1 = fx - s1 * x_max
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kink = np.where(s1 > s0 * (1 + 1e-9), (a0 - a1) / (s1 - s0), np.inf)
-    kink = np.where(np.isfinite(kink), np.maximum(kink, -1.0), np.inf)
-    # measure how well max(line0, line1) reproduces the model on a grid of (batch, context)
-    probe_b = np.unique(np.linspace(1, max_running, 24).astype(int)).astype(float)
-    probe_x = np.linspace(0.0, x_max, 33)
-    bi = probe_b.astype(int)[:, None]
-    truth = np.asarray(perf.decode_step_time(probe_b[:, None], probe_x[None, :]), dtype=float)
-    approx = np.maximum(a0[bi] + s0[bi] * probe_x, a1[bi] + s1[bi] * probe_x)
+    x_end = float(knots[-1])
+    tan = (f[:, -1] - np.asarray(perf.decode_step_time(bb[:, 0], x_end - h), dtype=float)) / h
+    slope = np.concatenate([slope, tan[:, None]], axis=1)
+    inter = np.concatenate([inter, (f[:, -1] - tan * x_end)[:, None]], axis=1)
+    # measure how well the chords reproduce the model on a grid of (batch, context)
+    probe_b = np.unique(np.linspace(1, max_running, 24).astype(int))
+    probe_x = np.linspace(0.0, x_max, 97)
+    truth = np.asarray(perf.decode_step_time(probe_b[:, None].astype(float), probe_x[None, :]), dtype=float)
+    seg = np.clip(np.searchsorted(knots, probe_x, side="right") - 1, 0, len(knots) - 2)
+    approx = inter[probe_b][:, seg] + slope[probe_b][:, seg] * probe_x[None, :]
     err = float(np.max(np.abs(approx - truth) / truth))
     return ReplicaTiming(
         perf=perf,
@@ -146,10 +178,8 @@ def build_timing(
         chunk=chunk,
         pf_lo=pf_lo.tolist(),
         pf_hi=pf_hi.tolist(),
-        a0=a0.tolist(),
-        s0=s0.tolist(),
-        a1=a1.tolist(),
-        s1=s1.tolist(),
-        kink=kink.tolist(),
+        knots=knots.tolist(),
+        a=inter.tolist(),
+        s=slope.tolist(),
         max_rel_error=err,
     )

@@ -46,6 +46,15 @@ def validate(model: type[M], data: dict[str, Any], file: str | Path | None, cont
         raise from_validation_error(exc, file) from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
     """Write via a temp file in the same folder + rename, so readers never see half a file."""
     p = Path(path)
@@ -56,6 +65,7 @@ def write_atomic(path: str | Path, text: str) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; a plan or config is an ordinary file
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

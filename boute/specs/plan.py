@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
 
@@ -46,16 +46,23 @@ class ReplicaGroup(_Frozen):
 class Routing(_Frozen):
     """How queries are split over tiers (ordered small -> large).
 
-    ``preroute``: a router score orders queries by difficulty; ``fractions[i]`` of the load goes to tier i
-    (the optimiser's encoding), equivalently ``thresholds`` on the score (calibrated quantiles).
-    ``cascade``: every query starts at tier 0; a judge's score below ``thresholds[i]`` escalates to i+1.
+    ``preroute``: a scorer orders queries by difficulty; ``fractions[i]`` of the load goes to tier i (the
+    optimiser's encoding), equivalently ``thresholds`` on that scorer's score, cut on the ``reference``
+    prompts (:func:`boute.quality.policy.thresholds_for_fractions`). The scorer is named, never implied:
+    ``learned`` is the trained ``router`` (a file of the plan's bundle), ``length`` the prompt-length CDF over
+    the reference. ``cascade``: every query starts at tier 0; a judge's score below ``thresholds[i]``
+    escalates to i+1.
     """
 
     mode: Literal["preroute", "cascade"] = "preroute"
     tiers: list[str] = Field(min_length=1)
     fractions: list[NonNegativeFloat] | None = None
     thresholds: list[float] | None = None
-    router: str | None = Field(None, description="trained router / verifier file the gateway loads")
+    scorer: Literal["learned", "length"] | None = Field(None, description="what the thresholds are on")
+    router: str | None = Field(None, description="trained router file (relative to the plan's folder)")
+    reference: str | None = Field(
+        None, description="prompts the thresholds were cut on: builtin:NAME or a profile file (relative to the plan)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Routing:
@@ -64,6 +71,17 @@ class Routing(_Frozen):
             raise ValueError("tiers must be unique")
         if self.fractions is None and self.thresholds is None:
             raise ValueError("give fractions or thresholds")
+        if self.mode == "preroute":
+            split = self.thresholds is not None or sum(1 for f in self.fractions or [] if f > 0) > 1
+            if split and self.scorer is None:
+                what = "thresholds need" if self.thresholds is not None else "splitting load between tiers needs"
+                raise ValueError(
+                    f"{what} routing.scorer, the scorer they apply to ('learned' with routing.router, or 'length')"
+                )
+            if self.scorer == "learned" and self.router is None:
+                raise ValueError("routing.scorer 'learned' needs routing.router (the trained router file)")
+            if self.scorer is not None and self.reference is None:
+                raise ValueError("routing.scorer needs routing.reference (the prompts its thresholds are cut on)")
         if self.fractions is not None:
             if len(self.fractions) != n:
                 raise ValueError(f"fractions needs {n} values (one per tier), got {len(self.fractions)}")
@@ -87,13 +105,32 @@ class Prediction(_Frozen):
     feasible: bool | None = None
 
 
+class Artifact(_Frozen):
+    """A file the plan needs (router weights, a user profile or trace, a calibration), in its bundle."""
+
+    path: str = Field(description="relative to the plan file's folder")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class Plan(_Frozen):
+    """What serving needs to reproduce the optimised routing and deployment, self-contained.
+
+    ``scenario_spec`` is the scenario the plan was optimised for (catalog extras, calibration, workload,
+    targets), with its file references rewritten to bundle files: relative paths resolve against the plan
+    file's folder, and ``artifacts`` lists every such file with its content hash, checked on load.
+    """
+
     version: Literal[1] = 1
-    scenario: str | None = None
+    scenario: str | None = Field(None, description="where the scenario came from (informational)")
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     routing: Routing
     deployment: list[ReplicaGroup] = Field(min_length=1)
     predicted: Prediction | None = None
+    objective: str | None = Field(
+        None, description="what chose this plan among those meeting the targets: latency | cost | pareto:<prefer>"
+    )
+    scenario_spec: dict[str, Any] | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> Plan:

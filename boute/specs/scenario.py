@@ -7,7 +7,7 @@ own ``gpus:``/``models:`` entries, so a user adds hardware without editing the p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -199,8 +199,12 @@ def load_scenario(path: str | Path | None = None) -> Scenario:
     else:
         p = Path(path)
         shown = p
-    data = read_mapping(p)
+    return scenario_from_mapping(read_mapping(p), p, shown)
+
+
+def scenario_from_mapping(data: dict[str, Any], source: Path, shown: str | Path) -> Scenario:
+    """A scenario from its document; relative file references in it resolve against ``source``'s folder."""
     scenario = validate(Scenario, data, shown)
-    scenario._source = p.resolve()
-    scenario._reference = shown if isinstance(shown, str) else str(p.resolve())
+    scenario._source = Path(source).resolve()
+    scenario._reference = shown if isinstance(shown, str) else str(Path(source).resolve())
     return scenario

@@ -71,6 +71,9 @@ class ParetoFront(Base):
     hypervolume: Mapped[float] = mapped_column(Float)
     n_trials: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    # comma-separated EvalResult fields the front is over (migration 0003): "quality,p95_latency_s" for the
+    # latency objective, "quality,p95_latency_s,cost_per_hour" for cost and pareto
+    axes: Mapped[str] = mapped_column(String(200), default="quality,p95_latency_s")
 
 
 class PlanRow(Base):

@@ -21,6 +21,8 @@ from boute.errors import BouteError
 from boute.tracking.models import Experiment, ParetoFront, PlanRow, ProfilePoint, ProfileRun, TrialRow
 
 DEFAULT_URL = "sqlite:///boute.db"
+#: settings keys a run records about itself (not what it was asked to do): a resume need not match them
+RUN_RECORDS = frozenset({"max_evals", "screen_counts"})
 
 _POINT_COLUMNS = tuple(c.key for c in ProfilePoint.__table__.columns if c.key not in ("id", "run_id"))
 _RUN_COLUMNS = tuple(c.key for c in ProfileRun.__table__.columns if c.key != "id")
@@ -98,7 +100,7 @@ class Store:
             old = {"strategy": found.strategy, "evaluator": found.evaluator, "seed": found.seed, **found.settings}
             new = {"strategy": strategy, "evaluator": evaluator, "seed": seed, **settings}
             for key in sorted(set(old) | set(new)):
-                if key != "max_evals" and old.get(key) != new.get(key):
+                if key not in RUN_RECORDS and old.get(key) != new.get(key):
                     raise BouteError(
                         f"--experiment: '{name}' was run with {key}={old.get(key)!r}, not {new.get(key)!r}; "
                         "pick another --experiment name to start a new one"
@@ -165,16 +167,24 @@ class Store:
 
     # ---- results --------------------------------------------------------------------------------
     def add_front(
-        self, experiment_id: int, evaluator: str, points: list[dict[str, Any]], hypervolume: float, n_trials: int
+        self,
+        experiment_id: int,
+        evaluator: str,
+        points: list[dict[str, Any]],
+        hypervolume: float,
+        n_trials: int,
+        axes: tuple[str, ...] = ("quality", "p95_latency_s"),
     ) -> None:
+        """Record a Pareto front over ``axes`` (EvalResult fields: 2-D for latency, 3-D for cost/pareto)."""
         with self.tx() as s:
             s.add(
                 ParetoFront(
                     experiment_id=experiment_id,
                     evaluator=evaluator,
-                    points=points,
+                    points=finite(points),
                     hypervolume=hypervolume,
                     n_trials=n_trials,
+                    axes=",".join(axes),
                 )
             )
 

@@ -1,0 +1,108 @@
+"""A plan served here: emulated replicas (optional) and the gateway, as child processes, stopped together.
+
+Used by ``boute serve`` and ``boute verify``. SIGTERM is turned into the same orderly stop as Ctrl-C:
+every child gets SIGINT (the gateway drains, replicas exit), then SIGKILL after a grace period; a child
+left behind would keep its port and its replicas' memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from boute.serving.bundle import plan_scenario, write_catalog
+from boute.specs.plan import Plan
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: unwind like KeyboardInterrupt."""
+
+
+class ServeStack:
+    def __init__(
+        self,
+        plan_path: Path,
+        plan: Plan,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        redis: str | None = None,
+        backends: Path | None = None,
+        env: dict[str, str] | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.plan_path, self.plan = Path(plan_path), plan
+        self.host, self.port, self.redis, self.backends = host, port, redis, backends
+        self.env = env or {}
+        self.quiet = quiet
+        self.work = Path(tempfile.mkdtemp(prefix="boute-serve-"))
+        self.children: list[subprocess.Popen[bytes]] = []
+        self._old_term: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> ServeStack:
+        self._old_term = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+        self.stop()
+        signal.signal(signal.SIGTERM, self._old_term)
+        # Ctrl-C or SIGTERM is how a user stops the server: not an error
+        return exc_type in (KeyboardInterrupt, _Terminated)
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    def start_emulated(self, speedup: float) -> int:
+        """One emulated process serving every replica of the plan; returns the replica count."""
+        from backends.emulated.launch import registry, replica_configs, spawn_replicas, wait_http
+
+        sc = plan_scenario(self.plan, self.plan_path)
+        catalog = write_catalog(self.plan, sc, self.work / "catalog.yaml")
+        configs = replica_configs(self.plan, sc, speedup, catalog=str(catalog))
+        self.children += spawn_replicas(configs, self.work)
+        self.backends = self.work / "backends.json"
+        self.backends.write_text(json.dumps(registry(self.plan, configs), indent=2))
+        for c in configs:
+            wait_http(f"http://{c.host}:{c.port}/health", 60, self.children)
+        return len(configs)
+
+    def start_gateway(self, ready_timeout_s: float = 120.0) -> None:
+        from backends.emulated.launch import wait_http
+
+        cmd = [sys.executable, "-m", "router", "--plan", str(self.plan_path), "--host", self.host]
+        cmd += ["--port", str(self.port)]
+        if self.backends is not None:
+            cmd += ["--backends", str(self.backends)]
+        if self.redis:
+            cmd += ["--redis", self.redis]
+        out = subprocess.DEVNULL if self.quiet else None
+        gw = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, stdout=out, stderr=out)
+        self.children.append(gw)
+        wait_http(f"{self.url}/ready", ready_timeout_s, self.children)
+
+    def wait(self) -> None:
+        """Until the gateway exits (or Ctrl-C / SIGTERM unwinds this)."""
+        self.children[-1].wait()
+
+    def stop(self, grace_s: float = 35.0) -> None:
+        for c in reversed(self.children):
+            if c.poll() is None:
+                c.send_signal(signal.SIGINT)
+        for c in reversed(self.children):
+            try:
+                c.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                c.kill()
+                c.wait()
+        self.children.clear()

@@ -1,0 +1,133 @@
+"""``boute verify``: serve a plan (or use a running gateway), replay its scenario's traffic, and compare.
+
+Prints the plan's promise beside the measurement (per-tier share, quality, P50/P95, failures) and exits 1
+when a check falls outside its tolerance, so a CI job or a deploy script can gate on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from boute.cli.options import fraction, positive
+
+if TYPE_CHECKING:
+    from boute.serving.verify import Requests, Tolerances, Verdict
+    from boute.specs import Plan, Scenario
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("verify")
+    def verify_cmd(
+        plan: Path = typer.Option(..., "--plan", "-p", help="plan JSON/YAML (with its .bundle folder)"),
+        url: str | None = typer.Option(None, "--url", help="a running gateway serving the plan (default: start one)"),
+        duration: float | None = typer.Option(
+            None, "--duration", callback=positive, help="seconds of the scenario's arrivals (default: the scenario's)"
+        ),
+        rate: float | None = typer.Option(None, "--rate", callback=positive, help="req/s (default: the scenario's)"),
+        speedup: float = typer.Option(
+            1.0, "--speedup", callback=positive, help="emulated backends and arrivals this much faster than real time"
+        ),
+        seed: int = typer.Option(0, "--seed", min=0, help="arrivals and prompt sample seed"),
+        tol_share: float = typer.Option(0.02, "--tol-share", callback=fraction, help="per-tier share, absolute"),
+        tol_quality: float = typer.Option(0.02, "--tol-quality", callback=fraction, help="quality, absolute"),
+        tol_p95: float = typer.Option(0.15, "--tol-p95", callback=fraction, help="P95, relative to the promise"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    ) -> None:
+        """Replay the plan's scenario workload through its gateway; promised vs measured; exit 1 if outside."""
+        from boute.errors import BouteError
+        from boute.serving.bundle import open_plan, plan_scenario
+        from boute.serving.verify import Tolerances
+
+        p = open_plan(plan)
+        sc = plan_scenario(p, plan)
+        if sc is None:
+            raise BouteError(f"{plan}: scenario_spec: missing; verify replays the plan's own scenario (re-optimise)")
+        tol = Tolerances(share=tol_share, quality=tol_quality, p95_rel=tol_p95)
+        verdict, info = run_verify(
+            plan, p, sc, url=url, duration_s=duration, rate_rps=rate, speedup=speedup, seed=seed, tol=tol
+        )
+        if as_json:
+            typer.echo(json.dumps({**verdict.to_dict(), **info}, indent=2))
+        else:
+            _table(verdict, info)
+        if not verdict.ok:
+            raise typer.Exit(1)
+
+
+def run_verify(
+    plan_path: Path,
+    plan: Plan,
+    sc: Scenario,
+    *,
+    url: str | None,
+    duration_s: float | None,
+    rate_rps: float | None,
+    speedup: float,
+    seed: int,
+    tol: Tolerances,
+) -> tuple[Verdict, dict[str, Any]]:
+    """Serve the plan here unless ``url`` is given, replay, score, compare."""
+    import tempfile
+
+    from boute.cli.stack import ServeStack
+    from boute.quality import quality_model_for
+    from boute.quality.build import profile_for, tier_models
+    from boute.serving.verify import build_requests, compare, measure
+
+    qm = quality_model_for(sc)  # the plan's own router and its held-out split (the promise's prompts)
+    profile = profile_for(sc)
+    columns = dict(zip([t.name for t in sc.tiers], tier_models(sc, profile), strict=True))
+    req = build_requests(sc, profile, qm.test_index, duration_s=duration_s, rate_rps=rate_rps, seed=seed)
+    rate = rate_rps or sc.workload.rate_rps
+    info: dict[str, Any] = {"rate_rps": rate, "duration_s": duration_s or sc.workload.duration_s, "speedup": speedup}
+    with tempfile.TemporaryDirectory(prefix="boute-verify-") as tmp:
+        if url is not None:
+            info["gateway"] = url
+            results = _generate(Path(tmp), url, req, speedup)
+        else:
+            from backends.emulated.launch import free_port
+
+            with ServeStack(plan_path, plan, port=free_port(), quiet=True) as stack:
+                stack.start_emulated(speedup)
+                stack.start_gateway()
+                info["gateway"] = f"boute serve --emulate at {stack.url}"
+                results = _generate(Path(tmp), stack.url, req, speedup)
+    return compare(plan, measure(results, req.rows, profile, columns), tol), info
+
+
+def _generate(work: Path, url: str, req: Requests, speedup: float) -> dict[str, Any]:
+    """The open-loop load generator, in a process of its own (its CPU is not the gateway's)."""
+    import subprocess
+    import sys
+
+    from boute.errors import BouteError
+
+    spec = {"url": url, "send_at": req.send_at.tolist(), "bodies": req.bodies, "speedup": speedup, "timeout_s": 120.0}
+    (work / "requests.json").write_text(json.dumps(spec))
+    horizon = float(req.send_at[-1]) / speedup + 180.0 if len(req.send_at) else 60.0
+    cmd = [sys.executable, "-m", "boute.serving.loadgen", str(work / "requests.json"), str(work / "results.json")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=horizon, check=False)
+    if done.returncode != 0:
+        raise BouteError(f"verify: load generator failed: {(done.stderr or '').strip().splitlines()[-1:]}")
+    return json.loads((work / "results.json").read_text())
+
+
+def _table(verdict: Verdict, info: dict[str, Any]) -> None:
+    m = verdict.measured
+    typer.echo(
+        f"{m.requests} requests at {info['rate_rps']:g} req/s over {info['duration_s']:g} s "
+        f"({info['gateway']}); load generator {m.generator_cpu_share:.0%} of a core"
+    )
+    typer.echo(f"{'check':<18} {'promised':>10} {'measured':>10}  {'tolerance':<10} ok")
+    for c in verdict.checks:
+        promised = "-" if c.promised is None else f"{c.promised:.4g}"
+        typer.echo(f"{c.name:<18} {promised:>10} {c.measured:>10.4g}  {c.tolerance:<10} {'yes' if c.ok else 'NO'}")
+    if m.answers_match_profile is not None:
+        typer.echo(f"answers that are the answering tier's recorded response: {m.answers_match_profile:.1%}")
+    for n in verdict.notes:
+        typer.echo(f"note: {n}")
+    typer.echo("verified: the plan serves as promised" if verdict.ok else "NOT verified: see the checks marked NO")

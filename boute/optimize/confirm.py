@@ -1,0 +1,224 @@
+"""Confirmation: a more faithful evaluator re-checks the search's answer before a plan is written.
+
+The search evaluator (the fast path, usually) can be wrong where its approximation is weak; a plan it
+puts under the P95 cap may not be. So before a plan is written, the confirming evaluator (the event
+simulator, or live deployments) re-evaluates it, and **only a plan the confirming evaluator finds meeting
+the targets can be the answer**:
+
+1. Confirm up to ``max_points`` distinct plans the search found meeting the targets, best first by the
+   objective. For ``cost`` each next plan also has more P95 headroom than every earlier one (the cost x P95
+   staircase): if the cheapest plan fails, the next one to try is the one likelier to pass at the least
+   extra cost.
+2. If the search's own answer (the first of them) fails, the search evaluator is wrong around there: the
+   search continues *with the confirming evaluator*, warm-started from the confirmed results (the same
+   strategy, objective and screens, a GP now trained on the faithful figures), until the confirmed choice
+   has not changed for ``CONFIRM_PATIENCE`` evaluations, or ``max_evals`` confirming evaluations in all are
+   spent.
+3. The answer is the objective's pick among plans the confirming evaluator found meeting the targets; if
+   there is none, :attr:`Outcome.final` stays None and the caller reports the closest confirmed plan
+   (``boute optimize`` exits 2 and writes nothing).
+
+Every confirming evaluation is recorded as a trial of the experiment after the searched ones: status
+``confirmed`` (a re-check of search trial ``params.source``) or ``confirm-search`` (a plan the continued search
+proposed), with the confirming evaluator's name. Strategies never train on them in later runs (they are
+not ``complete``). The logic uses only the evaluator protocol (results of two evaluators of rising fidelity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from boute.optimize.evaluators import Evaluator
+from boute.optimize.loop import run_search
+from boute.optimize.objectives import Objective
+from boute.optimize.result import Trial, feasible_mask
+from boute.optimize.screen import Screen
+
+#: status of a confirming re-evaluation of a search trial, and of a trial of the continued search
+CONFIRMED = "confirmed"
+CONFIRM_SEARCH = "confirm-search"
+#: confirming evaluations of the continued search with an unchanged answer before it stops
+CONFIRM_PATIENCE = 4
+#: front points whose deployments match and whose routing fractions differ by less than this are one plan
+#: for confirmation purposes: confirming four near-copies of one plan tells nothing about the others
+SAME_PLAN_FRACTION_TOL = 0.02
+
+
+def distinct(pool: Sequence[Trial], k: int) -> list[Trial]:
+    """The first ``k`` trials of ``pool`` that are not near-copies of an earlier pick."""
+    picked: list[Trial] = []
+    for t in pool:
+        c = t.candidate
+        if any(
+            u.candidate.deployment == c.deployment
+            and max(abs(a - b) for a, b in zip(u.candidate.fractions, c.fractions, strict=True))
+            < SAME_PLAN_FRACTION_TOL
+            for u in picked
+        ):
+            continue
+        picked.append(t)
+        if len(picked) == k:
+            break
+    return picked
+
+
+def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> list[Trial]:  # noqa: ANN401
+    """Search trials meeting the targets, in the order confirmation tries them (module doc, step 1)."""
+    ok = [t for t in trials if t.ok and t.result is not None]
+    feas = [t for t, m in zip(ok, feasible_mask(ok, targets), strict=True) if m]
+    if not feas:
+        return []
+    q = np.array([t.result.quality for t in feas])  # type: ignore[union-attr]
+    p = np.array([t.result.p95_latency_s for t in feas])  # type: ignore[union-attr]
+    c = np.array([t.result.cost_per_hour for t in feas])  # type: ignore[union-attr]
+    ranked = [feas[i] for i in objective.order(q, p, c, targets)]
+    if objective.name != "cost":
+        return ranked
+    # cost: the staircase. A costlier plan with no more P95 headroom than a cheaper one already tried is
+    # no likelier to pass where that one failed, so it is skipped
+    out: list[Trial] = []
+    for t in ranked:
+        if all(u.result.p95_latency_s > t.result.p95_latency_s for u in out):  # type: ignore[union-attr]
+            out.append(t)
+    return out
+
+
+def confirm(
+    out: Any,  # noqa: ANN401 - session.Outcome
+    evaluator: Evaluator,
+    max_points: int = 4,
+    store: Any = None,  # noqa: ANN401 - boute.tracking.Store
+    *,
+    max_evals: int | None = None,
+    seed: int = 0,
+    strategy_options: dict[str, Any] | None = None,
+) -> None:
+    """Confirm ``out``'s answer with ``evaluator`` (module doc); sets ``out.final`` (None: nothing confirmed).
+
+    ``max_evals``: confirming evaluations in all, re-checks and continued search (default ``3 * max_points``);
+    ``max_evals <= max_points`` never continues the search.
+    """
+    from boute.optimize.loop import targets_of
+
+    tg = targets_of(out.space)
+    objective: Objective = out.objective
+    budget = 3 * max_points if max_evals is None else max(1, max_evals)
+
+    def record(row: Trial) -> None:
+        out.confirmations.append(row)
+        if store is not None and out.experiment_id is not None:
+            from boute.optimize.session import trial_row
+
+            store.add_trial(out.experiment_id, trial_row(row))
+
+    checked: list[Trial] = []  # (the search trial whose plan was confirmed) -> out.confirmed[index]
+    first = distinct(candidates(out.trials, objective, tg), min(max_points, budget))
+    for t in first:
+        index = len(out.trials) + len(out.confirmations)
+        try:
+            res = evaluator(t.candidate)
+        except Exception as exc:  # noqa: BLE001 - a plan the confirming evaluator cannot run is not confirmed
+            record(Trial(index, t.x, t.z, t.candidate, None, status="failed", error=f"confirm: {exc}"))
+            continue
+        out.confirmed[t.index] = res
+        checked.append(t)
+        record(Trial(index, t.x, t.z, t.candidate, res, status=CONFIRMED))
+    found = _pick(out, checked, tg)
+    # the search's own answer failed its confirmation: the search evaluator is wrong around here, so the
+    # rest of the budget goes to searching with the confirming evaluator (for a better plan than the
+    # confirmed runner-up, or for any plan at all)
+    top = out.confirmed.get(first[0].index) if first else None
+    top_failed = bool(first) and (
+        top is None or not tg.met_by(top.quality, top.p95_latency_s, top.cost_per_hour, top.quality_se)
+    )
+    if (not found or top_failed) and budget > len(out.confirmations):
+        _continue_search(out, evaluator, budget - len(out.confirmations), record, seed, strategy_options)
+        searched = [t for t in out.confirmations if t.status == CONFIRM_SEARCH and t.result is not None]
+        for t in searched:
+            out.confirmed[t.index] = t.result
+        _pick(out, checked + searched, tg)
+
+
+def _pick(out: Any, checked: list[Trial], tg: Any) -> bool:  # noqa: ANN401
+    """Set ``out.final`` to the objective's pick among confirmed plans meeting the targets (True if any)."""
+    res = [out.confirmed[t.index] for t in checked]
+    if not res:
+        out.final = None
+        return False
+    q = np.array([r.quality for r in res])
+    p = np.array([r.p95_latency_s for r in res])
+    c = np.array([r.cost_per_hour for r in res])
+    feas = tg.mask(q, p, c, [r.quality_se for r in res])
+    i = out.objective.pick(q, p, c, feas, tg)
+    out.final = None if i is None else checked[i]
+    if i is None:
+        out.confirm_closest = checked[int(np.argmin(tg.violation(q, p, c)))]
+    return i is not None
+
+
+class _Guarded:
+    """The confirming evaluator with any error turned into a failed trial (a plan it cannot run is not
+    confirmed), as the re-checks treat it; the harness records ``BouteError`` as a failed trial."""
+
+    def __init__(self, evaluator: Evaluator) -> None:
+        self.inner = evaluator
+        self.name, self.fidelity = evaluator.name, evaluator.fidelity
+        self.mode, self.quality_model = getattr(evaluator, "mode", "preroute"), evaluator.quality_model
+
+    def __call__(self, cand: Any) -> Any:  # noqa: ANN401 - Candidate -> EvalResult
+        from boute.errors import BouteError
+
+        try:
+            return self.inner(cand)
+        except BouteError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise BouteError(f"confirm: {exc}") from exc
+
+    def close(self) -> None:
+        """The caller owns (and closes) the wrapped evaluator."""
+
+
+def _continue_search(
+    out: Any,  # noqa: ANN401 - session.Outcome
+    evaluator: Evaluator,
+    n: int,
+    record: Any,  # noqa: ANN401 - Callable[[Trial], None]
+    seed: int,
+    strategy_options: dict[str, Any] | None,
+) -> None:
+    """Search on with the confirming evaluator, warm-started from the confirmations (module doc, step 2)."""
+    from boute.optimize.registry import make_strategy
+
+    space = out.space
+    base = len(out.trials)
+    # the confirmations so far, as the history of a search with the confirming evaluator (local indices)
+    history = [
+        Trial(
+            i, t.x, t.z, t.candidate, t.result, status="complete" if t.result is not None else "failed", error=t.error
+        )
+        for i, t in enumerate(out.confirmations)
+    ]
+    opts = {k: v for k, v in (strategy_options or {}).items() if k != "n_init"}
+    strat = make_strategy("mobo", space, seed, n_init=0, objective=out.objective, **opts)
+    screen = Screen.build(space, evaluator.quality_model, getattr(evaluator, "mode", "preroute"))
+
+    def on_trial(t: Trial) -> None:
+        status = t.status if t.status != "complete" else CONFIRM_SEARCH
+        record(Trial(base + t.index, t.x, t.z, t.candidate, t.result, status=status, error=t.error))
+
+    run_search(
+        space,
+        _Guarded(evaluator),
+        strat,
+        max_evals=len(history) + n,
+        trials=history,
+        patience=CONFIRM_PATIENCE,
+        min_trials=len(history) + 1,
+        on_trial=on_trial,
+        objective=out.objective,
+        screen=screen,
+    )

@@ -1,0 +1,160 @@
+"""What ``boute optimize`` optimises, and which evaluated plan is the answer: ``latency``, ``cost``, ``pareto``.
+
+Every objective keeps the one feasibility rule (:class:`boute.specs.Targets`, the scenario's ``goal``): only
+plans meeting the quality floor, the P95 cap and the budget can be the answer. The objective says which of
+them is:
+
+* ``latency`` (default, the paper's method): the lowest P95; ties go to higher quality, then lower $/h.
+* ``cost``: the lowest $/h; ties go to lower P95, then higher quality. This answers "what is the cheapest
+  deployment that meets my floor and SLO at my traffic?": the budget is only an upper limit.
+* ``pareto``: the plans non-dominated in (quality max, P95 min, $/h min) among those meeting the targets; the
+  answer is picked from that front by a stated rule, ``prefer`` (:data:`PREFER_RULES`):
+  ``knee`` (default) the compromise point, ``cost``, ``latency`` or ``quality`` the best on that axis.
+
+The ``knee`` rule scales each axis between its target (0: the floor, the cap, the budget) and the best value
+on the feasible front (1), with P95 on a log scale (a cap is a ratio target), and takes the front point
+nearest (Euclidean) to the ideal (1, 1, 1). It never picks a dominated plan, and it is invariant to units.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from boute.specs.targets import Targets
+
+#: ``rule(q, p, c, targets) -> index`` over the feasible front (arrays of equal length >= 1)
+PreferRule = Callable[[np.ndarray, np.ndarray, np.ndarray, Targets], int]
+
+
+def nondominated(Y: np.ndarray) -> np.ndarray:
+    """Rows of ``Y`` (n, m; every column minimised) that no other row dominates; exact duplicates are all kept."""
+    Y = np.asarray(Y, dtype=float)
+    if Y.size == 0:
+        return np.zeros(len(Y), dtype=bool)
+    better_eq = np.all(Y[None, :, :] <= Y[:, None, :], axis=2)  # [i, j]: j at least as good as i everywhere
+    strictly = np.any(Y[None, :, :] < Y[:, None, :], axis=2)
+    return ~np.any(better_eq & strictly, axis=1)
+
+
+def _lex(*keys: np.ndarray) -> int:
+    """Index of the lexicographic minimum over the key arrays (first key most significant)."""
+    return int(np.lexsort(tuple(reversed(keys)))[0])
+
+
+def prefer_cost(q: np.ndarray, p: np.ndarray, c: np.ndarray, tg: Targets) -> int:
+    return _lex(c, p, -q)
+
+
+def prefer_latency(q: np.ndarray, p: np.ndarray, c: np.ndarray, tg: Targets) -> int:
+    return _lex(p, -q, c)
+
+
+def prefer_quality(q: np.ndarray, p: np.ndarray, c: np.ndarray, tg: Targets) -> int:
+    return _lex(-q, c, p)
+
+
+def knee_goodness(q: np.ndarray, p: np.ndarray, c: np.ndarray, tg: Targets) -> np.ndarray:
+    """(n, 3) goodness per axis: 0 at the target, 1 at the best value among the given plans (module doc)."""
+    cols = (
+        np.asarray(q, float) - tg.quality_floor,
+        math.log(tg.p95_cap_s) - np.log(np.maximum(np.asarray(p, float), 1e-12)),
+        tg.budget - np.asarray(c, float),
+    )
+    out = []
+    for v in cols:
+        top = float(np.max(v))
+        out.append(np.ones_like(v) if top <= 1e-12 else np.clip(v / top, 0.0, 1.0))
+    return np.stack(out, axis=1)
+
+
+def prefer_knee(q: np.ndarray, p: np.ndarray, c: np.ndarray, tg: Targets) -> int:
+    dist = np.linalg.norm(1.0 - knee_goodness(q, p, c, tg), axis=1)
+    return _lex(np.round(dist, 12), c, p)
+
+
+PREFER_RULES: dict[str, PreferRule] = {
+    "knee": prefer_knee,
+    "cost": prefer_cost,
+    "latency": prefer_latency,
+    "quality": prefer_quality,
+}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective (module doc); ``prefer`` only matters for ``pareto``."""
+
+    name: str = "latency"
+    prefer: str = "knee"
+
+    def __post_init__(self) -> None:
+        if self.name not in ("latency", "cost", "pareto"):
+            raise ValueError(f"objective must be latency, cost or pareto, got {self.name!r}")
+        if self.prefer not in PREFER_RULES:
+            raise ValueError(f"prefer must be one of {sorted(PREFER_RULES)}, got {self.prefer!r}")
+
+    @property
+    def label(self) -> str:
+        """What the plan records as the objective that chose it: ``latency``, ``cost`` or ``pareto:<prefer>``."""
+        return f"pareto:{self.prefer}" if self.name == "pareto" else self.name
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The front the tracking DB keeps for this objective (names of EvalResult fields)."""
+        if self.name == "latency":
+            return ("quality", "p95_latency_s")
+        return ("quality", "p95_latency_s", "cost_per_hour")
+
+    def rule(self) -> PreferRule:
+        if self.name == "latency":
+            return prefer_latency
+        if self.name == "cost":
+            return prefer_cost
+        return PREFER_RULES[self.prefer]
+
+    def pick(
+        self, q: Sequence[float], p: Sequence[float], c: Sequence[float], feasible: np.ndarray, tg: Targets
+    ) -> int | None:
+        """Index of the answer among plans with figures (q, p, c), or None when none is ``feasible``.
+
+        ``pareto`` picks from the 3-D front of the feasible plans; the others directly from the feasible
+        plans (their best is on that front anyway).
+        """
+        q, p, c = (np.asarray(v, dtype=float) for v in (q, p, c))
+        idx = np.flatnonzero(np.asarray(feasible, dtype=bool))
+        if idx.size == 0:
+            return None
+        if self.name == "pareto":
+            idx = idx[nondominated(np.stack([-q[idx], p[idx], c[idx]], axis=1))]
+        return int(idx[self.rule()(q[idx], p[idx], c[idx], tg)])
+
+    def order(self, q: Sequence[float], p: Sequence[float], c: Sequence[float], tg: Targets) -> list[int]:
+        """All plans ranked best-first by this objective alone (what the choice would take next)."""
+        q, p, c = (np.asarray(v, dtype=float) for v in (q, p, c))
+        if self.name == "cost":
+            return [int(i) for i in np.lexsort((-q, p, c))]
+        if self.name == "latency":
+            return [int(i) for i in np.lexsort((c, -q, p))]
+        left = list(range(len(q)))
+        out: list[int] = []
+        while left:  # peel the choice off repeatedly: the order in which pareto would pick them
+            sub = np.asarray(left)
+            front = sub[nondominated(np.stack([-q[sub], p[sub], c[sub]], axis=1))]
+            j = int(front[self.rule()(q[front], p[front], c[front], tg)])
+            out.append(j)
+            left.remove(j)
+        return out
+
+
+def make_objective(name: str, prefer: str | None = None) -> Objective:
+    """The registered objective called ``name`` (``prefer`` for ``pareto``; default ``knee``)."""
+    from boute.optimize.registry import OBJECTIVES, PREFERENCES
+
+    OBJECTIVES.get(name)
+    if prefer is not None:
+        PREFERENCES.get(prefer)
+    return Objective(name, prefer or "knee")

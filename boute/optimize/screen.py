@@ -1,0 +1,202 @@
+"""Screens that keep known failures away from the evaluator: the quality floor and a capacity bound.
+
+Two things about a candidate are known before any evaluation, and the search should never pay for them:
+
+* **Quality.** With an exact quality model (``evaluator.quality_model``: the fast and sim evaluators),
+  quality is a cheap known function of the routing fractions. :meth:`Screen.project` moves a proposal's
+  routing into the region where that model meets the floor: along the segment from the proposed fractions
+  towards "everything to the best tier" (which meets the floor, or the run is refused up front), it
+  takes the first point that meets it (bisection on the segment). Routing already above the floor is
+  untouched. A candidate still below the floor after decoding (the space's repair folded a tier's load
+  away) is removed. Without an exact model (the live evaluator samples quality) nothing is projected.
+* **Capacity.** Each tier's offered load (rate x the share of requests that visit it, from the policy) is
+  compared with an *upper bound* on what its replicas can serve at saturation, from the performance model
+  alone (:func:`replica_bound_rps`). A tier over its bound cannot be stable whatever the evaluator says,
+  so the plan is removed. The bound is deliberately optimistic, so a plan the evaluator could find stable
+  is never removed (tests check this against the fast path on sampled plans).
+
+Every proposal and every acquisition-pool candidate goes through the same screen; :class:`ScreenCounts`
+says how many each screen moved or removed (``boute optimize`` prints them and the tracking DB keeps them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from boute.optimize.space import Candidate, Space, _catalog
+from boute.quality.policy import QualityModel
+from boute.specs import ReplicaGroup
+
+#: tokens in one large prefill pass used for the best-case per-token prefill cost (a big chunk amortises
+#: the per-step overhead, which is what makes the bound optimistic)
+PREFILL_TOKENS = 16384
+#: bisection steps on the projection segment (2^-20 of the segment: far below one held-out query's share)
+PROJECT_STEPS = 20
+
+
+@dataclass
+class ScreenCounts:
+    """What one screen did: candidates seen, routing moved onto the floor, and removed by each screen."""
+
+    seen: int = 0
+    projected: int = 0  # routing below the floor, moved into the floor region (then screened further)
+    quality: int = 0  # removed: still below the floor after decoding
+    capacity: int = 0  # removed: some tier's offered load exceeds its replicas' saturated-throughput bound
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def replica_bound_rps(perf: Any, mean_in: float, mean_out: float) -> float:  # noqa: ANN401 - ReplicaPerf
+    """Upper bound on the requests/s one replica can complete, from the performance model alone.
+
+    Two necessary conditions, each optimistic: decode cannot run more than the KV-limited batch ``B`` per
+    step, and a step at batch ``B`` (context counted at the prompts only) takes at least
+    ``decode_step_time``, so decode serves at most ``B / ((out - 1) * step)``; and every prompt token must
+    be prefilled at no better than the per-token cost of one large prefill pass. The replica serves at most
+    the smaller of the two (real engines also pay for their interplay, which only lowers the rate).
+    """
+    if not getattr(perf, "fits", True):
+        return 0.0
+    b = int(perf.max_batch(mean_in, mean_out))
+    if b < 1:
+        return 0.0
+    step = float(np.asarray(perf.decode_step_time(b, b * mean_in)).reshape(-1)[0])
+    decode = math.inf if mean_out <= 1 or step <= 0 else b / ((mean_out - 1.0) * step)
+    t = float(PREFILL_TOKENS)
+    sq = t * min(max(mean_in, 1.0), t)  # whole prompts of the mean length packed into the pass
+    pass_s = float(np.asarray(perf.prefill_time(t, sq)).reshape(-1)[0])
+    prefill = math.inf if pass_s <= 0 else t / (max(mean_in, 1.0) * pass_s)
+    return float(min(decode, prefill))
+
+
+@dataclass
+class Screen:
+    """The two screens of one search space (module doc). ``quality_model=None``: capacity screen only."""
+
+    space: Space
+    quality_model: QualityModel | None
+    mode: str = "preroute"
+    rate_rps: float = 0.0
+    mean_input: float = 1.0
+    mean_output: float = 1.0
+    capacity: bool = True
+    search: ScreenCounts = field(default_factory=ScreenCounts)  # the strategy's proposals
+    pool: ScreenCounts = field(default_factory=ScreenCounts)  # acquisition candidates (MOBO's pool)
+    _bounds: dict[tuple[str, str, int, int, str], float] = field(default_factory=dict, repr=False)
+    _q: dict[tuple[float, ...], Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, space: Space, quality_model: QualityModel | None, mode: str = "preroute") -> Screen:
+        """A screen for ``space`` with the scenario's workload moments (rate, mean lengths)."""
+        from boute.workload import build_workload, workload_stats
+
+        st = workload_stats(build_workload(space.scenario))
+        return cls(space, quality_model, mode, st.rate_rps, st.mean_input, st.mean_output)
+
+    # ---- quality ----------------------------------------------------------------------------------
+    @property
+    def floor(self) -> float:
+        return self.space.scenario.targets.quality_floor
+
+    def _policy(self, fractions: np.ndarray) -> Any:  # noqa: ANN401 - PolicyResult
+        from boute.optimize.evaluators import policy_of
+
+        key = tuple(round(float(f), 12) for f in fractions)
+        if key not in self._q:
+            if len(self._q) > 200_000:
+                self._q.clear()
+            assert self.quality_model is not None
+            self._q[key] = policy_of(self.quality_model, self.mode, key)
+        return self._q[key]
+
+    def quality(self, fractions: np.ndarray | tuple[float, ...]) -> float:
+        return float(self._policy(np.asarray(fractions, dtype=float)).quality)
+
+    def _best_tier(self) -> int:
+        assert self.quality_model is not None
+        tq = np.asarray(self.quality_model.tier_quality, dtype=float)
+        return max(self.space.active_tiers, key=lambda i: (tq[i], i))
+
+    def project(self, x: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``x`` with its routing moved into the floor region (module doc), and whether it moved."""
+        sp = self.space
+        x = np.clip(np.asarray(x, dtype=float).reshape(-1), 0.0, 1.0)
+        if self.quality_model is None or sp.n_routing == 0:
+            return x, False
+        fr = sp._fractions(x)
+        floor = self.floor
+        if self.quality(fr) >= floor - 1e-12:
+            return x, False
+        best = np.zeros_like(fr)
+        best[self._best_tier()] = 1.0
+        if self.quality(best) < floor - 1e-12:
+            return x, False  # nothing reaches the floor; the check below removes the candidate
+        lo, hi = 0.0, 1.0
+        for _ in range(PROJECT_STEPS):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if self.quality((1 - mid) * fr + mid * best) >= floor - 1e-12 else (mid, hi)
+        out = x.copy()
+        for t in (hi, min(1.0, hi + 1e-6), min(1.0, hi + 1e-4), min(1.0, hi + 1e-2), 1.0):
+            out[: sp.n_routing] = sp.routing_point((1 - t) * fr + t * best)
+            if self.quality(sp._fractions(out)) >= floor - 1e-12:  # through the encoding's round-off
+                break
+        return out, True
+
+    # ---- capacity ---------------------------------------------------------------------------------
+    def group_bound_rps(self, g: ReplicaGroup) -> float:
+        """:func:`replica_bound_rps` of one replica of ``g`` (cached per model, GPU, TP, PP, dtype)."""
+        key = (g.model, g.gpu, g.tp, g.pp, g.dtype)
+        if key not in self._bounds:
+            from boute.perf import replica_perf
+
+            cat = _catalog(self.space.scenario)
+            perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), g.tp, g.pp, g.dtype)
+            self._bounds[key] = replica_bound_rps(perf, self.mean_input, self.mean_output)
+        return self._bounds[key]
+
+    def visits(self, fractions: tuple[float, ...]) -> np.ndarray:
+        """Share of requests each tier processes: the policy's (exact model), else from the fractions."""
+        if self.quality_model is not None:
+            return np.asarray(self._policy(np.asarray(fractions, dtype=float)).visits, dtype=float)
+        fr = np.asarray(fractions, dtype=float)
+        if self.mode == "cascade":  # tier k sees every query not accepted before it
+            return np.concatenate([[1.0], 1.0 - np.cumsum(fr)[:-1]])
+        return fr
+
+    def overload(self, cand: Candidate) -> str | None:
+        """Why ``cand`` cannot carry its load (the first tier over its capacity bound), or None."""
+        tiers = self.space.scenario.tiers
+        load = self.rate_rps * self.visits(cand.fractions)
+        for k, t in enumerate(tiers):
+            if load[k] <= 1e-9:
+                continue
+            cap = sum(g.count * self.group_bound_rps(g) for g in cand.deployment if g.tier == t.name)
+            if load[k] > cap:
+                return f"capacity: tier '{t.name}' is offered {load[k]:.3g} req/s, its replicas serve at most {cap:.3g}"
+        return None
+
+    # ---- both ---------------------------------------------------------------------------------------
+    def admit(self, x: np.ndarray, counts: ScreenCounts | None = None) -> tuple[np.ndarray, Candidate, str | None]:
+        """Project ``x``, decode it and screen the plan: ``(x projected, candidate, why removed or None)``."""
+        c = self.search if counts is None else counts
+        c.seen += 1
+        xp, moved = self.project(x)
+        c.projected += int(moved)
+        cand = self.space.decode(xp)
+        if self.quality_model is not None and self.quality(cand.fractions) < self.floor - 1e-12:
+            c.quality += 1
+            return xp, cand, f"quality: {self.quality(cand.fractions):.4f} < floor {self.floor:g} after routing repair"
+        if self.capacity:
+            why = self.overload(cand)
+            if why is not None:
+                c.capacity += 1
+                return xp, cand, why
+        return xp, cand, None
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        return {"search": self.search.as_dict(), "pool": self.pool.as_dict()}

@@ -1,0 +1,145 @@
+"""Time of one forward pass (an engine "step"): the single rule every prediction of ``boute.perf`` uses.
+
+A step processes ``tokens`` new tokens (decode tokens, prompt tokens, or both when an engine mixes them),
+reads the KV cache of ``ctx`` context tokens, and runs causal attention over prompts whose squared lengths
+sum to ``sq``. Its time is::
+
+    overhead + roofline(compute, memory) + communication
+
+- **compute** = GEMMs + attention. Routed-expert GEMMs of an MoE run at ``moe_efficiency`` of the dense
+  rate (grouped GEMMs over few tokens per expert). GEMMs cost ``2 x active params x (tokens + gemm_half_tokens)`` FLOPs at
+  the dtype's peak x efficiency: a GEMM with few rows (a small decode batch) cannot fill the tensor cores,
+  and reaches ``tokens / (tokens + gemm_half_tokens)`` of its large-batch efficiency. Writing that as extra
+  work of ``gemm_half_tokens`` rows keeps the term linear. Attention FLOPs (prefill: ``2 L H d sq``,
+  causal; decode: ``4 L H d ctx``) run at the 16-bit peak x compute efficiency x ``attn_efficiency``
+  (flash-attention kernels reach less of peak than GEMMs, more so on short sequences).
+- **memory** = weight bytes read (an MoE reads only the experts its tokens route to) at the weight
+  bandwidth, plus KV bytes read at ``kv_read_efficiency`` x that bandwidth (paged KV gathers are less
+  regular than weight streaming).
+- **roofline** = ``(compute^p + memory^p)^(1/p)``: p = 1 means no overlap, p -> inf perfect overlap;
+  fitted on published rows.
+- **communication**: per layer two ring all-reduces of ``tokens x hidden x 2`` bytes, each
+  ``2 (tp-1)/tp x bytes / link + (tp-1) x allreduce latency``; pipeline stages add one hand-off each.
+
+Arrays broadcast, so the fit evaluates hundreds of published rows in one call, and a
+:class:`~boute.perf.model.ReplicaPerf` evaluates one replica with 0-d arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+#: bytes per weight: NVFP4 stores 4-bit values plus one FP8 scale per 16 values (4.5 bits)
+DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+#: bytes per KV-cache element
+KV_DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0}
+
+
+def default_kv_dtype(dtype: str) -> str:
+    """KV dtype an engine uses for weights in ``dtype``: FP8 checkpoints (and FP4 ones) keep an FP8 cache."""
+    return "fp8" if dtype in ("fp8", "fp4") else "bf16"
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Effective rates of one replica (or, as arrays, of many): datasheet peak x efficiency x GPUs."""
+
+    gemm_flops: np.ndarray  # FLOP/s of GEMMs in the weight dtype, whole TP group
+    attn_flops: np.ndarray  # FLOP/s of attention (16-bit), whole TP group
+    weight_bytes_s: np.ndarray  # bytes/s streaming weights, whole TP group
+    kv_bytes_s: np.ndarray  # bytes/s reading the KV cache, whole TP group
+    link_bytes_s: np.ndarray  # bytes/s per direction of one GPU's link
+    allreduce_latency_s: np.ndarray  # fixed cost per hop of a collective
+    overhead_s: np.ndarray  # fixed cost of a step (scheduler, launches)
+    gemm_half_tokens: np.ndarray  # tokens at which GEMMs reach half their large-batch efficiency
+    roofline_p: np.ndarray  # overlap sharpness
+    moe_efficiency: np.ndarray  # routed-expert (grouped) GEMM efficiency relative to dense GEMMs
+    pp_serial: np.ndarray  # share of a step that pipeline stages cannot overlap (bubbles, sync)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a replica computes per token: the model split over ``tp x pp`` GPUs."""
+
+    compute_params: np.ndarray  # active parameters (FLOPs per token / 2)
+    expert_compute_params: np.ndarray  # of which in routed experts (0 for dense models)
+    weight_bytes: np.ndarray  # all weights of the replica, bytes
+    expert_bytes: np.ndarray  # bytes of one routed expert (0 for dense models)
+    num_experts: np.ndarray  # routed experts (1 for dense)
+    experts_per_token: np.ndarray
+    attn_coef: np.ndarray  # layers x heads x head_dim
+    act_bytes_per_token: np.ndarray  # hidden x 2 (activations stay 16-bit)
+    kv_bytes_per_token: np.ndarray  # KV bytes per context token over the whole replica (replicated heads counted)
+    layers: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+
+
+def roofline(compute_s: ArrayLike, memory_s: ArrayLike, p: ArrayLike) -> np.ndarray:
+    """Smooth maximum ``(c^p + m^p)^(1/p)`` of the compute and memory times of one step."""
+    c = np.asarray(compute_s, dtype=float)
+    m = np.asarray(memory_s, dtype=float)
+    hi = np.maximum(c, m)
+    safe = np.where(hi > 0, hi, 1.0)
+    pp = np.asarray(p, dtype=float)
+    return np.where(hi > 0, safe * ((c / safe) ** pp + (m / safe) ** pp) ** (1.0 / pp), 0.0)
+
+
+def weight_bytes_read(shape: Shape, tokens: ArrayLike) -> np.ndarray:
+    """Weight bytes a step reads: all of a dense model; the shared part plus touched experts of an MoE.
+
+    With k of E experts per token chosen uniformly, ``t`` tokens touch a share ``1 - (1 - k/E)^t`` of them.
+    """
+    t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    e = shape.num_experts
+    moe = e > 1
+    share = np.where(moe, 1.0 - (1.0 - shape.experts_per_token / np.maximum(e, 1.0)) ** t, 1.0)
+    shared = shape.weight_bytes - shape.expert_bytes * e
+    return np.where(moe, shared + shape.expert_bytes * e * share, shape.weight_bytes)
+
+
+def comm_time(rates: Rates, shape: Shape, tokens: ArrayLike) -> np.ndarray:
+    """TP all-reduces (two per layer, ring) and PP hand-offs for ``tokens`` activations in flight."""
+    t = np.asarray(tokens, dtype=float)
+    act = t * shape.act_bytes_per_token
+    tp, pp = shape.tp, shape.pp
+    per_ar = 2.0 * (tp - 1.0) / tp * act / rates.link_bytes_s + rates.allreduce_latency_s * (tp - 1.0)
+    tp_part = np.where(tp > 1, 2.0 * shape.layers * per_ar, 0.0)
+    pp_part = np.where(pp > 1, (pp - 1.0) * (act / rates.link_bytes_s + rates.allreduce_latency_s), 0.0)
+    return tp_part + pp_part
+
+
+def step_time(
+    rates: Rates,
+    shape: Shape,
+    tokens: ArrayLike,
+    ctx: ArrayLike = 0.0,
+    sq: ArrayLike = 0.0,
+    *,
+    pipelined: bool = False,
+) -> np.ndarray:
+    """Seconds of one step over ``tokens`` new tokens, ``ctx`` KV tokens read, prompts' ``sum(len^2) = sq``.
+
+    ``pipelined``: the replica's ``pp`` stages work on different micro-batches at once (throughput view),
+    so a step of the whole batch costs one stage's share of the work - plus the serial share
+    ``pp_serial`` that the stages cannot overlap (Amdahl) - and its own fixed overhead.
+    Without it (latency view), a token traverses the stages in turn.
+    """
+    t = np.asarray(tokens, dtype=float)
+    c = np.asarray(ctx, dtype=float)
+    s2 = np.asarray(sq, dtype=float)
+    dense_params = shape.compute_params - shape.expert_compute_params
+    eff_params = dense_params + shape.expert_compute_params / rates.moe_efficiency
+    gemm = 2.0 * eff_params * (t + rates.gemm_half_tokens) / rates.gemm_flops
+    attn = (2.0 * s2 + 4.0 * c) * shape.attn_coef / rates.attn_flops
+    memory = weight_bytes_read(shape, t) / rates.weight_bytes_s + c * shape.kv_bytes_per_token / rates.kv_bytes_s
+    # the TP group's rates already include every rank; stages run in turn (latency view)
+    work = roofline(gemm + attn, memory, rates.roofline_p) + comm_time(rates, shape, t)
+    if pipelined:
+        # Amdahl: stages overlap all but a serial share of the work (pipeline bubbles, synchronisation)
+        pp = shape.pp
+        work = work * (1.0 / pp + rates.pp_serial * (1.0 - 1.0 / pp))
+    return np.where(t > 0, rates.overhead_s + work, 0.0)

@@ -1,0 +1,244 @@
+"""Static token embeddings distilled from the packaged MiniLM: a table lookup instead of a transformer.
+
+Why: running MiniLM costs ~15-20 ms of CPU per prompt, so a gateway core could route only ~55 prompts/s
+(issue 11). A *static* embedding is MiniLM's output for every vocabulary token, computed once offline
+(model2vec's ``distill``: one forward pass per token, then PCA to 256 dimensions); a prompt's embedding
+is the mean of its tokens' rows, unit-normalised. Scoring a prompt costs one ``tokenizers`` call plus a
+gather over a few dozen rows: ~0.2 ms of CPU, and nothing but numpy + ``tokenizers`` is imported, so the
+gateway starts light (no torch, no transformers).
+
+The encoding below is model2vec's ``StaticModel.encode`` recipe (no special tokens, unknown tokens dropped,
+text cut at ``max_tokens`` x the median token length before tokenising, mean, L2 norm), written out so
+one live prompt does not pay that class's batching machinery; tests check both agree.
+
+Distillation needs torch + transformers + model2vec and takes 1-4 minutes on two shared cores (70 s
+quiet, 240 s at load average 6: one MiniLM pass per vocabulary token, 29.5k of them); its result is
+cached under ``$BOUTE_CACHE_DIR/static/<key>/`` (``table.npy`` float16, ``tokenizer.json``, ``info.json``),
+the key hashing the MiniLM fingerprint, model2vec's version and the distillation settings. A router
+trained on it keeps its own copy of the table and tokenizer beside its weights (see
+:mod:`boute.quality.router`), so the cache is only a build-time convenience.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from boute.errors import SpecError
+
+TABLE_FILE, TOKENIZER_FILE, INFO_FILE = "table.npy", "tokenizer.json", "info.json"
+POOL_CHUNK = 32  # texts pooled per step in batch embedding
+
+
+@dataclass(frozen=True)
+class StaticSettings:
+    """Distillation + encoding settings; all but ``max_tokens`` change the table (and the cache key).
+
+    ``pca_dims``: model2vec's PCA target (None keeps MiniLM's 384 dimensions, un-rotated);
+    ``sif_coefficient``: SIF weight a / (a + p(token)) with Zipf-estimated p (None = no weighting).
+
+    Defaults: PCA to 256, no SIF. Chosen among eight combinations of PCA 128/256/384/none and SIF
+    1e-4/1e-3/none by the router's APGR in repeated 5-fold CV inside the GSM8K and MT-Bench training
+    splits and the mean over five seeded splits (docs/quality.md). Dropping model2vec's default SIF
+    weighting (which shrinks frequent tokens) gained 0.015-0.023 APGR on GSM8K under both criteria; PCA
+    256 vs none was a tie, and 256 dimensions keep the table at 15 MB instead of 23.
+    """
+
+    pca_dims: int | None = 256
+    sif_coefficient: float | None = None
+    max_tokens: int = 512
+
+    def key(self) -> str:
+        from importlib.metadata import version
+
+        from boute.quality.embed import model_fingerprint
+
+        raw = json.dumps([model_fingerprint(), version("model2vec"), self.pca_dims, self.sif_coefficient])
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+class StaticEmbedder:
+    """Mean of distilled token vectors, unit norm. ``embed_one`` is the live-request path."""
+
+    def __init__(
+        self, table: np.ndarray, tokenizer_json: str, *, max_tokens: int = 512, info: dict[str, Any] | None = None
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        if table.ndim != 2:
+            raise ValueError(f"static table must be 2-D, got shape {table.shape}")
+        self.table = table  # as stored (float16): what `save` writes and the hashes cover
+        self._rows = np.ascontiguousarray(table, dtype=np.float32)  # gathers + sums in float32
+        self.tokenizer_json = tokenizer_json
+        self.max_tokens = max_tokens
+        self.info = dict(info or {})  # provenance (source model, model2vec version, settings), for metadata
+        tok = Tokenizer.from_str(tokenizer_json)
+        tok.no_padding()
+        tok.enable_truncation(max_length=max_tokens)
+        self._tok = tok
+        unk = getattr(tok.model, "unk_token", None)
+        self._unk = tok.token_to_id(unk) if unk else None
+        vocab = tok.get_vocab()
+        if max(vocab.values(), default=-1) >= table.shape[0]:
+            raise ValueError(f"tokenizer has ids up to {max(vocab.values())}, table only {table.shape[0]} rows")
+        # model2vec's guard against huge inputs: never tokenise more characters than max_tokens could use
+        self._max_chars = max_tokens * int(np.median([len(t) for t in vocab]))
+
+    @property
+    def dim(self) -> int:
+        return int(self.table.shape[1])
+
+    def ids(self, text: str) -> list[int]:
+        ids = self._tok.encode(text[: self._max_chars], add_special_tokens=False).ids
+        if self._unk is not None and self._unk in ids:
+            ids = [i for i in ids if i != self._unk]
+        return ids
+
+    def embed_one(self, text: str) -> np.ndarray:
+        """(dim,) float32 unit vector (zeros for a text with no known token); bit-identical to ``embed``."""
+        return self._pool([self.ids(text)])[0]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32: one batched tokenizer call, then one segmented sum over all tokens."""
+        if not len(texts):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        encs = self._tok.encode_batch_fast([t[: self._max_chars] for t in texts], add_special_tokens=False)
+        ids = [e.ids for e in encs]
+        if self._unk is not None:
+            ids = [[i for i in x if i != self._unk] for x in ids]
+        return self._pool(ids)
+
+    def _pool(self, ids: list[list[int]]) -> np.ndarray:
+        """Mean of each id list's rows, L2-normalised; the single and batched paths share it so a live
+        prompt scores exactly as it did in the batch the thresholds were calibrated on.
+
+        Batches go 32 texts at a time: the gathered rows then stay in cache (all of GSM8K + MT-Bench at
+        once is ~90 MB of rows and runs 2x slower per prompt). Each text's sum is the same either way."""
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        for s in range(0, len(ids), POOL_CHUNK):
+            chunk = ids[s : s + POOL_CHUNK]
+            counts = np.fromiter((len(x) for x in chunk), dtype=np.int64, count=len(chunk))
+            has = counts > 0
+            if not has.any():
+                continue
+            flat = np.fromiter((i for x in chunk for i in x), dtype=np.int64, count=int(counts.sum()))
+            starts = (np.cumsum(counts) - counts)[has]
+            means = np.add.reduceat(self._rows[flat], starts, axis=0) / counts[has, None]
+            out[s : s + len(chunk)][has] = means / (np.linalg.norm(means, axis=1, keepdims=True) + 1e-32)
+        return out
+
+    # ------------------------------------------------------------------------------------------- files
+    def save(self, table_path: Path, tokenizer_path: Path) -> None:
+        """Write the table (``.npy``, no pickle) and the tokenizer, each atomically."""
+        _write_atomic(table_path, lambda fh: np.save(fh, self.table, allow_pickle=False))
+        _write_atomic(tokenizer_path, lambda fh: fh.write(self.tokenizer_json.encode()))
+
+    @classmethod
+    def load(
+        cls, table_path: Path, tokenizer_path: Path, *, max_tokens: int = 512, info: dict[str, Any] | None = None
+    ) -> StaticEmbedder:
+        try:
+            table = np.load(table_path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise SpecError(table_path, None, f"not a static embedding table ({exc})") from None
+        try:
+            return cls(table, tokenizer_path.read_text(), max_tokens=max_tokens, info=info)
+        except Exception as exc:  # tokenizers raises plain Exceptions for malformed JSON
+            raise SpecError(tokenizer_path, None, f"unusable tokenizer ({str(exc).splitlines()[0]})") from None
+
+
+def static_dir(settings: StaticSettings, cache_dir: Path | str | None = None) -> Path:
+    from boute.quality.embed import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()) / "static" / settings.key()
+
+
+def load_static(settings: StaticSettings | None = None, cache_dir: Path | str | None = None) -> StaticEmbedder:
+    """The distilled embedder for ``settings``: from the cache, distilling it first if it is not there."""
+    settings = settings or StaticSettings()
+    d = static_dir(settings, cache_dir)
+    if not all((d / f).is_file() for f in (TABLE_FILE, TOKENIZER_FILE, INFO_FILE)):
+        distill_static(settings, cache_dir)
+    info = json.loads((d / INFO_FILE).read_text())
+    return StaticEmbedder.load(d / TABLE_FILE, d / TOKENIZER_FILE, max_tokens=settings.max_tokens, info=info)
+
+
+def distill_static(settings: StaticSettings | None = None, cache_dir: Path | str | None = None) -> dict[str, Any]:
+    """Distil the packaged MiniLM with model2vec (offline, CPU) into the cache; returns ``info.json``.
+
+    Deterministic for a given machine and library versions (CPU forward passes, eigendecomposition PCA,
+    float16 output): the same settings give the same table bytes, so the router's hashes are stable.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from importlib.metadata import version
+
+    from model2vec.distill import distill
+
+    from boute.quality.embed import MODEL_NAME, model_dir, model_fingerprint
+
+    settings = settings or StaticSettings()
+    target = static_dir(settings, cache_dir)
+    t0 = time.perf_counter()
+    model = distill(
+        str(model_dir()),
+        pca_dims=settings.pca_dims,
+        sif_coefficient=settings.sif_coefficient,
+        quantize_to="float16",
+        device="cpu",
+    )
+    seconds = time.perf_counter() - t0
+    emb = StaticEmbedder(np.asarray(model.embedding, dtype=np.float16), model.tokenizer.to_str())
+    info = {
+        "source": MODEL_NAME,
+        "model_fingerprint": model_fingerprint(),
+        "model2vec": version("model2vec"),
+        "settings": asdict(settings),
+        "shape": list(emb.table.shape),
+        "distill_seconds": round(seconds, 1),
+    }
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        emb.save(tmp / TABLE_FILE, tmp / TOKENIZER_FILE)
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # a shared cache: mkdtemp's 0700 would hide it from other users
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process distilled the same table meanwhile: keep theirs
+            if not (target / TABLE_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return info
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,164 @@
+"""Promised vs measured: what ``boute verify`` replays and how it judges what came back.
+
+The promise is the plan's: the share of requests each tier gets (its routing fractions), the quality and
+P95 the optimiser predicted (``plan.predicted``). The measurement replays the plan's own scenario workload
+(its arrival process and rate) with the quality profile's *held-out* prompts, the ones the promised quality
+was computed on (the router's training prompts would flatter it), and scores every answer with the
+profile's quality for the tier that answered. A check passes within its tolerance; ``failed`` must be 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from boute.quality.profiles import QualityProfile
+from boute.specs.plan import Plan
+from boute.specs.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    share: float = 0.02  # absolute, per tier
+    quality: float = 0.02  # absolute
+    p95_rel: float = 0.15  # relative to the promise
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What the load generator sends: arrival times (model seconds), bodies, and the profile row of each."""
+
+    send_at: np.ndarray
+    bodies: list[str]
+    rows: np.ndarray
+
+
+def build_requests(
+    scenario: Scenario,
+    profile: QualityProfile,
+    held_out: np.ndarray,
+    *,
+    duration_s: float | None = None,
+    rate_rps: float | None = None,
+    seed: int = 0,
+) -> Requests:
+    """The scenario's arrivals, each carrying a held-out profile prompt (seeded, with replacement)."""
+    from boute.workload import build_workload
+
+    w = build_workload(scenario, duration_s=duration_s, rate_rps=rate_rps, seed=seed)
+    rows = np.random.default_rng(seed).choice(np.asarray(held_out, dtype=np.int64), size=len(w.arrival_s))
+    bodies = [
+        json.dumps({"model": "boute", "messages": [{"role": "user", "content": profile.prompts[r]}]}) for r in rows
+    ]
+    return Requests(w.arrival_s, bodies, rows)
+
+
+@dataclass(frozen=True)
+class Measured:
+    requests: int
+    failed: int
+    shares: dict[str, float]
+    quality: float
+    quality_se: float
+    p50_s: float
+    p95_s: float
+    answers_match_profile: float | None  # share of answers that are the answering tier's recorded response
+    generator_cpu_share: float  # the load generator's CPU seconds per wall second (1.0 = one core busy)
+
+
+def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, columns: dict[str, str]) -> Measured:
+    """Score a load generator's results: ``columns`` maps tier -> the profile model column it answers as."""
+    status = np.asarray(results["status"])
+    ok = status == 200
+    lat = np.asarray(results["latency_s"], dtype=float)[ok]
+    tiers = [t for t, good in zip(results["tier"], ok, strict=True) if good]
+    shares = {t: tiers.count(t) / max(1, len(tiers)) for t in sorted(set(tiers), key=str)}
+    scores: list[float] = []
+    matched = counted = 0
+    for i in np.flatnonzero(ok):
+        tier, row = results["tier"][i], int(rows[i])
+        model = columns.get(tier or "")
+        if model is None:
+            scores.append(0.0)  # an answer from no known tier earns nothing
+            continue
+        scores.append(float(profile.scores[row, profile.models.index(model)]))
+        recorded = profile.responses.get(model)
+        if recorded is not None:
+            counted += 1
+            matched += results["text"][i] == recorded[row]
+    n = len(scores)
+    return Measured(
+        requests=len(status),
+        failed=int((~ok).sum()),
+        shares=shares,
+        quality=float(np.mean(scores)) if n else 0.0,
+        quality_se=float(np.std(scores, ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
+        p50_s=float(np.percentile(lat, 50)) if lat.size else math.inf,
+        p95_s=float(np.percentile(lat, 95)) if lat.size else math.inf,
+        answers_match_profile=matched / counted if counted else None,
+        generator_cpu_share=float(results["cpu_s"]) / max(1e-9, float(results["wall_s"])),
+    )
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    promised: float | None
+    measured: float
+    tolerance: str
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    checks: list[Check]
+    measured: Measured
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checks": [asdict(c) for c in self.checks],
+            "measured": asdict(self.measured),
+            "notes": self.notes,
+        }
+
+
+def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances()) -> Verdict:
+    """Each promise against its measurement; a promise the plan does not make is reported, not checked."""
+    checks: list[Check] = []
+    notes: list[str] = []
+    r = plan.routing
+    if r.mode == "preroute" and r.fractions is not None:
+        for tier, f in zip(r.tiers, r.fractions, strict=True):
+            got = m.shares.get(tier, 0.0)
+            checks.append(Check(f"share {tier}", f, got, f"+-{tol.share:g}", abs(got - f) <= tol.share + 1e-12))
+    pred = plan.predicted
+    if pred is not None and pred.quality is not None:
+        checks.append(
+            Check(
+                "quality", pred.quality, m.quality, f"+-{tol.quality:g}", abs(m.quality - pred.quality) <= tol.quality
+            )
+        )
+    if pred is not None and pred.p50_latency_s is not None:  # shown beside P95, not judged
+        checks.append(Check("P50 (s)", pred.p50_latency_s, m.p50_s, "reported", True))
+    if pred is not None and pred.p95_latency_s is not None:
+        rel = m.p95_s / pred.p95_latency_s - 1.0
+        checks.append(Check("P95 (s)", pred.p95_latency_s, m.p95_s, f"+-{tol.p95_rel:.0%}", abs(rel) <= tol.p95_rel))
+    if pred is None:
+        notes.append("the plan carries no prediction: only shares and failures are checked")
+    checks.append(
+        Check("failed requests", float(tol.failed), float(m.failed), f"<= {tol.failed}", m.failed <= tol.failed)
+    )
+    if m.generator_cpu_share > 0.8:
+        notes.append(f"the load generator used {m.generator_cpu_share:.0%} of a core: it may have delayed requests")
+    return Verdict(checks, m, notes)

@@ -1,0 +1,123 @@
+"""The screens (issue 12): routing moved onto the quality floor, plans over the capacity bound never evaluated.
+
+The capacity bound is checked against the real fast path: a plan the evaluator finds stable must never be
+screened out (the bound is an upper bound on what replicas can serve), on the built-in scenario and a
+prefill-heavy one, where the prefill side of the bound is what binds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from boute.optimize.loop import run_search
+from boute.optimize.result import SCREENED
+from boute.optimize.screen import Screen
+from boute.optimize.space import Space
+from boute.specs import load_scenario
+from tests.optimize_synthetic import SyntheticEvaluator
+
+PREFILL = Path(__file__).parent / "scenarios" / "prefill-heavy.yaml"
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    from boute.optimize.evaluators import FastEvaluator
+
+    sc = load_scenario(None)
+    sp = Space.build(sc)
+    ev = FastEvaluator(sc)
+    return sp, ev, Screen.build(sp, ev.quality_model)
+
+
+def test_projection_lands_on_the_floor_region_and_leaves_the_rest_alone(builtin) -> None:
+    sp, _, scr = builtin
+    floor = sp.scenario.targets.quality_floor
+    rng = np.random.default_rng(0)
+    moved = 0
+    for _ in range(300):
+        x = rng.random(sp.dim)
+        xp, did = scr.project(x)
+        assert scr.quality(sp._fractions(xp)) >= floor - 1e-12
+        assert np.array_equal(xp[sp.n_routing :], x[sp.n_routing :])  # only routing moves
+        if did:
+            moved += 1
+            # the least move: a little less towards the best tier would be below the floor
+            fr, fb = sp._fractions(x), sp._fractions(xp)
+            back = fb - 0.01 * (fb - fr)
+            assert scr.quality(back) < floor or np.allclose(back, fb, atol=1e-3)
+        else:
+            assert np.array_equal(xp, x)
+    assert 0 < moved < 300
+
+
+def _assert_bound_holds(sp: Space, ev, scr: Screen, n: int) -> tuple[int, int]:  # noqa: ANN001
+    rng = np.random.default_rng(1)
+    removed = stable = 0
+    for _ in range(n):
+        cand = sp.decode(rng.random(sp.dim))
+        why = scr.overload(cand)
+        res = ev(cand)
+        stable += res.extra["stable"]
+        if why is not None:
+            removed += 1
+            assert not res.extra["stable"], f"screened a plan the fast path finds stable: {why}"
+    return removed, stable
+
+
+def test_capacity_bound_never_removes_a_plan_the_fast_path_can_carry(builtin) -> None:
+    sp, ev, scr = builtin
+    removed, stable = _assert_bound_holds(sp, ev, scr, 400)
+    assert removed > 50 and stable > 0  # it does real work: a good share of random plans is overloaded
+
+
+def test_capacity_bound_holds_on_a_prefill_heavy_workload() -> None:
+    from boute.optimize.evaluators import FastEvaluator
+
+    sc = load_scenario(PREFILL)
+    sp = Space.build(sc)
+    ev = FastEvaluator(sc)
+    scr = Screen.build(sp, ev.quality_model)
+    assert scr.mean_input > 1000 > scr.mean_output  # prefill-bound
+    removed, _ = _assert_bound_holds(sp, ev, scr, 300)
+    assert removed > 0
+
+
+def test_screened_trials_cost_no_evaluation_and_are_recorded() -> None:
+    from boute.optimize.baselines import RandomStrategy
+
+    sc = load_scenario(None)
+    sp = Space.build(sc)
+    ev = SyntheticEvaluator(sc)
+    scr = Screen.build(sp, ev.quality_model)
+    seen: list = []
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=4), max_evals=30, screen=scr, on_trial=seen.append)
+    evaluated = [t for t in trials if t.evaluated]
+    screened = [t for t in trials if t.status == SCREENED]
+    assert len(evaluated) == 30 == ev.calls + sum(bool(t.result and t.result.extra.get("cached")) for t in evaluated)
+    assert screened and all(t.result is None and t.error for t in screened)
+    assert {t.error.split(":")[0] for t in screened} <= {"capacity", "quality"}
+    assert [t.index for t in trials] == list(range(len(trials))) and seen == trials
+    # every screened x is exactly what random search owed that index: resuming replays the same history
+    for t in trials:
+        assert np.allclose(t.x, np.random.default_rng([4, t.index]).random(sp.dim))
+    c = scr.search
+    assert c.seen == len(trials) and c.capacity + c.quality == len(screened)
+    for t in evaluated:  # what was evaluated passed both screens
+        assert scr.quality(t.candidate.fractions) >= sc.targets.quality_floor - 1e-12
+        assert scr.overload(t.candidate) is None
+    # resume: the same 30 + 10 more, none lost or repeated
+    more = run_search(sp, ev, RandomStrategy(sp, seed=4), max_evals=40, trials=trials, screen=scr)
+    assert more[: len(trials)] == trials and sum(t.evaluated for t in more) == 40
+
+
+def test_without_an_exact_quality_model_only_capacity_is_screened() -> None:
+    sc = load_scenario(None)
+    sp = Space.build(sc)
+    scr = Screen.build(sp, None)
+    x = np.zeros(sp.dim)  # everything to the small tier: below the floor, but nothing is known about quality
+    xp, moved = scr.project(x)
+    assert not moved and np.array_equal(xp, x)
+    assert np.allclose(scr.visits((0.3, 0.7)), (0.3, 0.7))

@@ -1,0 +1,88 @@
+"""Held-out validation of the performance model, kept as a regression bound.
+
+``boute/perf/data/validation.json`` is written by ``python -m boute.perf.validate`` (a few minutes: one
+full re-fit per held-out source and per held-out GPU). It stores each fold's fitted parameters, so these
+tests replay every held-out prediction with the current code in milliseconds: a change to the physics or
+the serving regimes that moves the held-out error shows up here without re-fitting.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from boute.perf.fit import NAMES, build_table, fit_table
+from boute.perf.validate import REPORT_PATH, replay, summarize
+
+REPORT = json.loads(REPORT_PATH.read_text())
+SPLITS = {"source": "leave_one_source_out", "gpu": "leave_one_gpu_out"}
+
+
+def test_report_matches_the_current_parameterisation() -> None:
+    assert REPORT["parameter_names"] == list(NAMES), "re-run python -m boute.perf.validate"
+    assert REPORT["dataset"]["sources"] >= 8 and len(REPORT["dataset"]["gpu_types"]) >= 8
+
+
+@pytest.mark.parametrize("split", sorted(SPLITS))
+def test_replayed_held_out_errors_match_the_report(split: str) -> None:
+    held = replay(split, REPORT["fold_params"][split])
+    assert np.isfinite(held.error_pct).all()
+    now, stored = summarize(held), REPORT[SPLITS[split]]
+    assert now["all"]["median_abs_pct"] == pytest.approx(stored["all"]["median_abs_pct"], abs=0.2)
+    assert now["all"]["p90_abs_pct"] == pytest.approx(stored["all"]["p90_abs_pct"], abs=0.3)
+
+
+def test_leave_one_source_out_bounds() -> None:
+    """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%; p90 not met)."""
+    s = summarize(replay("source", REPORT["fold_params"]["source"]))
+    assert s["all"]["median_abs_pct"] <= 10.0 and s["all"]["p90_abs_pct"] <= 32.0
+    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 10.0
+    assert s["metric"]["ttft_ms"]["median_abs_pct"] <= 10.0
+    assert s["metric"]["tpot_ms"]["median_abs_pct"] <= 26.0  # over-predicted inter-token latency near load
+    for fam, bound in (("hopper", 11.0), ("ampere", 10.0), ("ada", 8.0), ("blackwell", 15.0)):
+        assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
+
+
+def test_leave_one_gpu_out_bounds() -> None:
+    s = summarize(replay("gpu", REPORT["fold_params"]["gpu"]))
+    assert s["all"]["median_abs_pct"] <= 11.5 and s["all"]["p90_abs_pct"] <= 30.0
+    for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "rtx-4090"):
+        assert s["gpu"][gpu]["median_abs_pct"] <= 14.0, gpu
+
+
+def test_worst_rows_come_with_a_reason() -> None:
+    for split in SPLITS.values():
+        assert all(w["why"] and w["source"] for w in REPORT[split]["worst_rows"])
+
+
+def test_cli_prints_the_stored_report() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "boute.cli.main", "perf", "validate", "--stored", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["leave_one_source_out"]["all"] == REPORT["leave_one_source_out"]["all"]
+
+
+@pytest.mark.slow
+def test_one_fold_refits_to_the_stored_parameters() -> None:
+    """Re-fit the smallest leave-one-source-out fold (~20 s): the stored fold was fitted by this code."""
+    from boute.perf.dataset import in_scope_rows
+
+    rows = in_scope_rows()
+    table = build_table(rows)
+    keep = np.array([r.source_id != "mushfiqrahman-4090" for r in rows])
+    x = fit_table(table.subset(keep))
+    held = table.subset(~keep)
+    from boute.perf.fit import predict
+
+    stored = np.asarray(REPORT["fold_params"]["source"]["mushfiqrahman-4090"])
+    assert np.allclose(predict(held, x), predict(held, stored), rtol=0.02)
