@@ -14,22 +14,26 @@ Setup, and why:
   (``max_tokens`` 4, model ``boute``): varied prompts, so the learned router scores a different prompt each
   time. Both proxies get byte-identical requests.
 - **BOute**: one gateway process (``python -m router``) with a plan whose ``routing.scorer`` is ``learned`` (a
-  static-embedding router trained by ``boute router train --profile builtin:gsm8k``, cached), fractions 0.5/0.5,
-  so every request is scored and about half go to each tier.
+  static-embedding router trained by ``boute router train --profile builtin:gsm8k``, cached under
+  ``$BOUTE_CACHE_DIR/bench/gateway_wrk``), fractions 0.5/0.5, so every request is scored and about half go to
+  each tier. ``boute_length``: a second gateway with the same plan on ``routing.scorer: length`` (~1 µs per
+  prompt), i.e. the proxy's own cost without a model.
 - **sglang-router** 0.3.2, ``--policy round_robin`` over the same two replicas.
-- **Fairness / pinning**: with 2+ CPUs, the proxy under test is pinned to the last CPU and wrk + backends to
+- **Fairness / pinning**: with 2+ CPUs, every proxy under test is pinned to the last CPU and wrk + backends to
   the others (sched_setaffinity at spawn, so every thread inherits it; sglang-router's runtime therefore sizes
-  itself to one CPU, like BOute's single event loop). Each proxy thus has one core at most; the host's other
-  tenants are not pinned and take from every core. ``BOUTE_BENCH_PIN=0`` turns pinning off.
-- **Rounds** are interleaved (direct, BOute, sglang-router, direct, BOute, ...), each ``seconds`` long after
-  a warm-up, and the host's load average is recorded around each, because this host is shared and noisy.
-  Per round and proxy: req/s, latency percentiles (wrk's), and CPU µs per request of the proxy process
+  itself to one CPU, like BOute's single event loop). Each proxy thus has one core at most, and only one proxy
+  is loaded at a time (the idle ones sleep). The host's other tenants are not pinned and take from every core.
+  ``BOUTE_BENCH_PIN=0`` turns pinning off.
+- **Rounds** are interleaved (direct, BOute, BOute-length, sglang-router, direct, BOute, ...), each ``seconds``
+  long after a warm-up, and the host's load average is recorded around each, because this host is shared and
+  noisy. Per round and proxy: req/s, latency percentiles (wrk's), and CPU µs per request of the proxy process
   (user + system from /proc, all threads, divided by the requests wrk completed): the robust figure, since
-  it does not depend on how much CPU other tenants leave.
-- **Overload** (``overload``): the same plan with a tier capacity set low (``BOUTE_TIER_QUEUE_PER_REPLICA``)
-  and backends at speedup 1 (a request takes ~0.3 s), capacity measured closed-loop, then an open-loop
-  generator (``bench.gateway_load --rate``) offers ~3x that rate with a client timeout: share of 429s, latency
-  of 429 and 200 answers, and how many requests hit the client timeout (should be none).
+  it does not depend on how much CPU other tenants leave. Ratios are medians of per-round ratios.
+- **Overload** (``overload``): the same learned plan with a tier capacity set low
+  (``BOUTE_TIER_QUEUE_PER_REPLICA=8``, two replicas) and backends at speedup 1 (16-token answers: ~0.15-0.5 s
+  a request). Capacity is the rate of 200s while those bounds are saturated; then an open-loop generator
+  (``bench.gateway_load --rate``, GSM8K prompts) offers 3x that rate with a 10 s client timeout: share of 429s,
+  latency of the 429 and 200 answers, and requests that hit the client timeout (should be none).
 
 ``BOUTE_BENCH_BASE_TREE=DIR`` runs the BOute gateway from another checkout's ``router/`` (``DIR/router``) as an
 extra target ``boute_base``, for before/after comparisons in the same interleaved rounds;
@@ -134,7 +138,17 @@ def learned_router() -> Path:
     out = default_cache_dir() / "bench" / "gateway_wrk" / "router.npz"
     if not (out.is_file() and Path(str(out) + ".json").is_file()):
         out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "boute.cli.main", "router", "train", "--profile", "builtin:gsm8k", "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "boute.cli.main",
+            "router",
+            "train",
+            "--profile",
+            "builtin:gsm8k",
+            "--out",
+            str(out),
+        ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return out
 
@@ -309,7 +323,7 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
         script, bodies = work / "prompts.lua", work / "bodies.jsonl"
         script.write_text(LUA)
         n_prompts = write_bodies(bodies)
-        for name, (u, pid) in targets.items():  # warm-up: connections, caches, JIT-free but lazy imports
+        for u, _ in targets.values():  # warm-up: connections opened, lazy imports and caches filled
             wrk(u, script, bodies, 2, {}, other_cpus)
         rounds: list[dict[str, Any]] = []
         for i in range(rounds_n):
@@ -398,12 +412,14 @@ def overload(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[int
         url, gw = start_gateway(stack, proxy_cpus, BOUTE_TIER_QUEUE_PER_REPLICA=str(per_replica))
         bodies = work / "bodies_overload.jsonl"
         write_bodies(bodies, max_tokens=16)
-        # capacity: closed loop with exactly the tiers' bound of clients in flight (no 429 possible)...
-        cap_clients = 2 * per_replica
-        probe = _open_loop(url, 10.0, 5.0, timeout, bodies, other_cpus)  # warm + typical service time
+        # capacity: the rate of 200s while the tiers' bounds are saturated (offered ~4x a Little's-law guess
+        # from the low-load service time, which overestimates: batches grow and the split is uneven)
+        probe = _open_loop(url, 10.0, 5.0, timeout, bodies, other_cpus)
         ok_lat = [t for c, t in zip(probe["status"], probe["lat_s"], strict=True) if c == 200]
         service_s = float(np.median(ok_lat)) if ok_lat else 0.5
-        capacity = cap_clients / service_s  # Little's law: in flight / time in system
+        guess = 2 * per_replica / service_s
+        sat = _open_loop(url, round(4 * guess, 1), 5.0, timeout, bodies, other_cpus)
+        capacity = sum(1 for c in sat["status"] if c == 200) / sat["wall_s"]
         rate = round(3 * capacity, 1)
         res = _open_loop(url, rate, seconds, timeout, bodies, other_cpus)
         status = np.asarray(res["status"])
@@ -428,8 +444,8 @@ def overload(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[int
             "tier_queue_per_replica": per_replica,
             "replicas": 2,
             "backend_speedup": 1.0,
-            "service_time_p50_ms": round(service_s * 1e3, 1),
-            "capacity_req_per_s_estimate": round(capacity, 1),
+            "service_time_p50_ms_low_load": round(service_s * 1e3, 1),
+            "capacity_req_per_s": round(capacity, 1),
             "offered_req_per_s": rate,
             "offered_over_capacity": round(rate / capacity, 2),
             "seconds": seconds,

@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             with open(a.bodies, "rb") as fh:
                 bodies = [line.rstrip(b"\n") for line in fh if line.strip()]
         else:
-            bodies = [b'{"model":"boute","messages":[{"role":"user","content":"bench"}],"max_tokens":%d}' % a.max_tokens]
+            bodies = [
+                b'{"model":"boute","messages":[{"role":"user","content":"bench"}],"max_tokens":%d}' % a.max_tokens
+            ]
         out = uvloop.run(open_loop(a.url, a.rate, a.seconds or 10.0, a.timeout, bodies))
     else:
         out = uvloop.run(closed_loop(a.url, a.clients, a.requests, a.seconds, a.max_tokens, a.max_tokens_hi))

@@ -41,7 +41,9 @@ def confirm(evs: Evaluators, cand: Any, rate: float | None = None, seed: int = 0
     sc = evs.scenario
     wl = build_workload(sc, rate_rps=rate) if rate is not None else evs.sim.workload
     route = evs.quality_model.assign(wl.prompt_index, np.asarray(cand.fractions), mode=evs.mode, seed=seed)
-    s = simulate(candidate_plan(sc, cand, evs.mode, router=router_of(evs.quality_model)), sc, wl, route, seed=seed).summary()
+    s = simulate(
+        candidate_plan(sc, cand, evs.mode, router=router_of(evs.quality_model)), sc, wl, route, seed=seed
+    ).summary()
     q = float(evs.policy(cand.fractions).quality)
     p95 = float(s["p95_latency_s"])
     return {

@@ -203,7 +203,9 @@ def sensitivity_section(results: Path) -> list[str]:
 
 
 def cost_section(results: Path) -> list[str]:
-    doc = load_json(results, "cost")
+    from experiments.cost import refresh
+
+    doc = refresh(results)  # goal and summary re-derived from the data
     out = ["## 5. Cost at equal performance (issue 12)\n"]
     if doc is None:
         return [*out, "Not run yet: `python -m experiments cost`.\n"]

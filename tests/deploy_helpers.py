@@ -69,7 +69,7 @@ class Load:
         return sum(v for k, v in self.outcomes.items() if k != "200")
 
 
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.1) -> bool:  # noqa: ANN001
+def wait_for(pred, timeout: float = 30.0, interval: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

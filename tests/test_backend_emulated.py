@@ -20,7 +20,7 @@ from boute.perf import replica_perf
 COLUMN = "gpt-4-1106-preview"
 
 
-def _perf():  # noqa: ANN202
+def _perf():
     cat = builtin_catalog()
     return replica_perf(cat.model("llama-3.1-8b"), cat.gpu("rtx-4090"))
 

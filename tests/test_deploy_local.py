@@ -25,7 +25,7 @@ from tests.deploy_helpers import PLAN_A, PLAN_B, Load, wait_for
 
 
 @pytest.fixture()
-def registry(redis_url: str):  # noqa: ANN201
+def registry(redis_url: str):
     reg = Registry(redis_url, f"test-deploy-{uuid.uuid4().hex[:8]}")
     yield reg
     reg.clear()

@@ -34,7 +34,7 @@ def test_placement_options() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster():  # noqa: ANN201
+def cluster():
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -46,7 +46,7 @@ def cluster():  # noqa: ANN201
     c.shutdown()
 
 
-def test_ray_fleet(cluster, tmp_path: Path, redis_url: str) -> None:  # noqa: ANN001
+def test_ray_fleet(cluster, tmp_path: Path, redis_url: str) -> None:
     import ray
 
     node_res = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}

@@ -38,7 +38,7 @@ def test_plan_a_to_b_steps() -> None:
     assert text.count("publish_plan") == 1
 
 
-def _keys(draw, tiers: list[str]) -> list[ReplicaKey]:  # noqa: ANN001
+def _keys(draw, tiers: list[str]) -> list[ReplicaKey]:
     gpus = ["rtx-4090", "h100-sxm", "rtx-5090"]
     out = []
     for t in tiers:
@@ -49,7 +49,7 @@ def _keys(draw, tiers: list[str]) -> list[ReplicaKey]:  # noqa: ANN001
 
 
 @st.composite
-def fleets(draw):  # noqa: ANN001, ANN201
+def fleets(draw):
     cur_tiers = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
     new_tiers = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
     cur, new = _keys(draw, cur_tiers), _keys(draw, new_tiers)
@@ -61,7 +61,7 @@ def fleets(draw):  # noqa: ANN001, ANN201
 
 @settings(max_examples=300, deadline=None)
 @given(fleets(), st.one_of(st.none(), st.integers(0, 3)))
-def test_never_leaves_a_serving_tier_empty(fleet, slack) -> None:  # noqa: ANN001
+def test_never_leaves_a_serving_tier_empty(fleet, slack) -> None:
     """With unlimited GPUs, or with only ``slack`` spare GPUs per type beyond what the old fleet uses."""
     cur, new = fleet
     capacity = None

@@ -167,3 +167,43 @@ def test_a_scenario_defined_gpu_deploys_and_serves_from_a_moved_plan(tmp_path: P
     for url in [f"http://127.0.0.1:{port}", *replicas]:  # nothing left listening, replicas included
         with pytest.raises(httpx.HTTPError):
             httpx.get(url + "/health", timeout=2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_learned_plan_on_own_hardware_deploys_and_its_gateway_gets_the_router_over_redis(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """`boute deploy up` copies the plan and its bundle into the deployment, times replicas with the
+    scenario's own GPU, and publishes the bundle's files to Redis; the deployment's gateway, which never
+    saw the plan's folder, loads the learned router from there and routes with it."""
+    import uuid
+
+    from boute.quality import quality_model_for
+    from boute.quality.router import router_files
+    from tests.services import free_port
+
+    sc = load_scenario(_user_scenario(tmp_path / "project"))
+    router = quality_model_for(sc).info["router_path"]
+    plan = _plan("learned", router=router)
+    out = write_plan(plan, tmp_path / "out" / "plan.json", sc, router_files(router))
+    assert open_plan(out).routing.router.startswith("plan.bundle/router-")
+    d, prefix, port = tmp_path / "deploy", f"test-bundle-{uuid.uuid4().hex[:8]}", free_port()
+    argv = [sys.executable, "-m", "boute", "deploy", "up", str(out), "--emulate", "--speedup", "20", "--dir", str(d)]
+    argv += ["--prefix", prefix, "--redis", redis_url, "--gateway-port", str(port), "--json", "--timeout", "120"]
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        assert r.returncode == 0, r.stderr
+        st = json.loads(r.stdout)
+        assert any("lab-gpu" in rep["id"] for rep in st["replicas"])
+        base = st["gateway_url"]
+        hard = "A train leaves at 3:15 pm at 60 mph; another at 4:05 pm at 75 mph. " * 6 + "When do they meet?"
+        seen = set()
+        for prompt in ("hi", hard):
+            body = {"model": "boute", "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+            resp = httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
+            assert resp.status_code == 200, resp.text
+            seen.add(resp.headers["x-boute-tier"])
+        assert "small" in seen
+    finally:
+        subprocess.run([sys.executable, "-m", "boute", "deploy", "down", "--dir", str(d)], check=False)

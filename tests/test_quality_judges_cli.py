@@ -24,7 +24,7 @@ class _Judge(BaseHTTPRequestHandler):
     delay: float = 0.0
     seen: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server API)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
         time.sleep(type(self).delay)

@@ -7,13 +7,13 @@ import time
 import numpy as np
 import pytest
 
+from boute.catalog import builtin_catalog
+from boute.quality.policy import thresholds_for_fractions
 from boute.serving import BackendSpec
 from boute.specs.plan import Plan
 from router.balancer import Balancer, replica_capacity
 from router.config import Settings
 from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
-from boute.catalog import builtin_catalog
-from boute.quality.policy import thresholds_for_fractions
 from router.policy import LengthScorer, RoutePolicy, cascade_thresholds
 from tests.stack import TEST_PLAN
 
@@ -117,3 +117,38 @@ def test_parse_and_sse_roundtrip() -> None:
         b'{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}', CHAT
     )
     assert b'"delta":{"role":"assistant","content":"hi"}' in sse and sse.endswith(b"data: [DONE]\n\n")
+
+
+class _StaticLike:
+    """Stands in for a static-embedding router: batchable ``score``; one poisoned prompt fails a batch."""
+
+    embedder_kind = "static"
+    cheap = True
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def score(self, prompts: list[str]) -> np.ndarray:
+        self.calls.append(len(prompts))
+        if "poison" in prompts:
+            raise ValueError("bad prompt")
+        return np.array([min(1.0, len(p) / 100) for p in prompts])
+
+    def score_one(self, prompt: str) -> float:
+        return float(self.score([prompt])[0])
+
+
+async def test_static_router_prompts_are_scored_in_one_batch_per_loop_turn() -> None:
+    import asyncio
+
+    scorer = _StaticLike()
+    policy = RoutePolicy(Plan.model_validate(TEST_PLAN), scorer=scorer)
+    assert policy.scoring == "batch" and policy.cheap
+    assert RoutePolicy(Plan.model_validate(TEST_PLAN)).scoring == "inline"  # the length CDF: no batching
+    scorer.calls.clear()
+    prompts = ["a" * n for n in (5, 50, 95)]
+    got = await asyncio.gather(*(policy.score_batched(p) for p in prompts))
+    assert got == [0.05, 0.5, 0.95] and scorer.calls == [3]
+    # one prompt the scorer rejects fails alone; the rest of its batch is scored one by one
+    res = await asyncio.gather(*(policy.score_batched(p) for p in ["ab", "poison", "abcd"]), return_exceptions=True)
+    assert res[0] == 0.02 and isinstance(res[1], ValueError) and res[2] == 0.04

@@ -137,7 +137,7 @@ def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:
     assert f"{bad}: cluster.budget_per_hour:" in lines[0]
 
 
-def test_plans_name_a_scenario_that_loads_again(tmp_path) -> None:  # noqa: ANN001
+def test_plans_name_a_scenario_that_loads_again(tmp_path) -> None:
     """A plan records where its scenario came from, so `boute serve`/`deploy` of it find the scenario
     (plans once recorded the bare name, which deploy could not open)."""
     import numpy as np

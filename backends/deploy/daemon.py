@@ -21,12 +21,13 @@ from backends.deploy.controller import Controller
 from backends.deploy.launch import LaunchOptions
 from backends.deploy.registry import Registry
 from backends.deploy.state import CONFIG_FILE, DESIRED_FILE
+from backends.deploy.target import Target
 from boute.specs.plan import Plan
 
 log = logging.getLogger("boute.deploy")
 
 
-def make_target(cfg: dict[str, Any], opts: LaunchOptions, log_dir: Path):  # noqa: ANN201 - Target
+def make_target(cfg: dict[str, Any], opts: LaunchOptions, log_dir: Path) -> Target:
     if cfg["target"] == "local":
         from backends.deploy.local import LocalTarget
 

@@ -26,8 +26,8 @@ from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.errors import BouteError
 from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan, router_of
-from boute.serving.bundle import open_plan, write_plan
 from boute.optimize.space import Candidate
+from boute.serving.bundle import open_plan, write_plan
 from boute.specs import Scenario
 
 #: failed requests above this share mean the plan cannot carry the load
@@ -52,7 +52,7 @@ class LiveEvaluator:
         max_requests: int = 200,
         seed: int = 0,
         workdir: Path | None = None,
-        quality_model: Any = None,  # noqa: ARG002 - the registry's signature; quality is measured here
+        quality_model: Any = None,
     ) -> None:
         from boute.quality import quality_model_for
         from boute.quality.profiles import load_profile

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 
 from backends.emulated.profile import ReplicaConfig
-from boute.specs.plan import Plan
 from boute.serving.bundle import scenario_profile
+from boute.specs.plan import Plan
 from boute.specs.scenario import Scenario
 
 

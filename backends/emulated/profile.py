@@ -8,10 +8,8 @@ rule of thumb for English with Llama-style tokenizers); the pieces reassemble th
 
 from __future__ import annotations
 
-import csv
 import math
 from functools import lru_cache
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
@@ -53,20 +51,17 @@ class ReplicaConfig(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_responses(profile: str, column: str) -> dict[str, str]:
-    """prompt -> recorded response of ``column`` from a RouteLLM-style CSV (``<column>_response``)."""
-    from boute.data import data_path
+    """prompt -> recorded response of model ``column`` in a quality profile (any format that records
+    answers: RouteLLM CSV, MT-Bench judgements, JSONL); empty when the profile records none for it."""
+    from boute.quality.profiles import load_profile
 
-    path = data_path(profile)
-    if path.suffix != ".csv":
-        raise SpecError(profile, None, "the emulated backend replays RouteLLM-style CSV profiles only")
-    if not Path(path).exists():
-        raise SpecError(profile, None, "file not found")
-    key = f"{column}_response"
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None or key not in reader.fieldnames:
-            raise SpecError(profile, key, "no such response column in the profile")
-        return {row["prompt"].strip(): row[key] for row in reader if row.get("prompt")}
+    prof = load_profile(profile)
+    if column not in prof.models:
+        raise SpecError(profile, column, f"no such model in the profile (has: {', '.join(prof.models)})")
+    answers = prof.responses.get(column)
+    if answers is None:
+        return {}
+    return {p.strip(): a for p, a in zip(prof.prompts, answers, strict=True) if a}
 
 
 def pieces(text: str) -> list[str]:

@@ -49,7 +49,7 @@ class Timing:
     ms: float  # whole model: layers scaled to the model's depth, plus the LM head
 
 
-def _dtype(device: str) -> Any:  # noqa: ANN401 - torch.dtype
+def _dtype(device: str) -> Any:
     """bf16 on accelerators (what serving engines run), float32 on a CPU (see the module docstring)."""
     import torch
 
@@ -63,7 +63,7 @@ def _build(model: ModelSpec, n_layers: int, device: str) -> tuple[list[dict[str,
     g = torch.Generator(device=device).manual_seed(0)
     dt = _dtype(device)
 
-    def w(*shape: int) -> Any:  # noqa: ANN401 - torch.Tensor
+    def w(*shape: int) -> Any:
         return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * 0.02).to(dt)
 
     h, d, nq, nkv, f = model.hidden, model.head_dim, model.heads, model.kv_heads, model.ffn
@@ -81,7 +81,7 @@ def _build(model: ModelSpec, n_layers: int, device: str) -> tuple[list[dict[str,
     return layers, torch.ones(h, device=device, dtype=dt), w(h, model.vocab)
 
 
-def _layer(model: ModelSpec, p: dict[str, Any], x: Any, kv: tuple[Any, Any] | None, pos: int) -> Any:  # noqa: ANN401
+def _layer(model: ModelSpec, p: dict[str, Any], x: Any, kv: tuple[Any, Any] | None, pos: int) -> Any:
     """One decoder layer; ``kv`` (keys, values: [b, kv_heads, ctx + 1, d]) makes it a decode step at ``pos``."""
     import torch.nn.functional as F
 
@@ -147,7 +147,7 @@ def time_model(
         for b, s in prefill:
             x = torch.randn(b, s, model.hidden, device=device, dtype=dt)
 
-            def run_layers(x: Any = x) -> Any:  # noqa: ANN401
+            def run_layers(x: Any = x) -> Any:
                 for p in layers:
                     x = _layer(model, p, x, None, 0)
                 return x
@@ -167,7 +167,7 @@ def time_model(
             ]
             x = torch.randn(b, 1, model.hidden, device=device, dtype=dt)
 
-            def step(x: Any = x, caches: list = caches, c: int = c) -> Any:  # noqa: ANN401
+            def step(x: Any = x, caches: list = caches, c: int = c) -> Any:
                 for p, kv in zip(layers, caches, strict=True):
                     x = _layer(model, p, x, kv, c)
                 return torch.nn.functional.rms_norm(x, (model.hidden,), norm) @ head

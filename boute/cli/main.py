@@ -72,7 +72,7 @@ _register()
 
 
 #: Click's (vendored by Typer) base of every command-line mistake: bad value, unknown option, missing argument
-_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo(ctx.get_help())
             sys.exit(0)
         where = f"{ctx.command_path}: " if ctx is not None else ""
-        typer.echo(f"error: {where}{exc.format_message()}", err=True)
+        typer.echo(f"error: {where}{exc.format_message()}", err=True)  # type: ignore[attr-defined]
         sys.exit(2)
     except typer.Abort:
         typer.echo("aborted", err=True)

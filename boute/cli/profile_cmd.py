@@ -13,9 +13,13 @@ import json
 import math
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from backends.profile.quality import Tier
+    from boute.catalog import Catalog
 
 from boute.errors import BouteError
 
@@ -86,13 +90,13 @@ def _ints(text: str, name: str) -> list[int]:
     return vals
 
 
-def _catalog(path: Path | None):  # -> Catalog (import kept local: light CLI start-up)
+def _catalog(path: Path | None) -> Catalog:  # import kept local: light CLI start-up
     from boute.catalog import builtin_catalog, load_catalog_file
 
     return load_catalog_file(path) if path is not None else builtin_catalog()
 
 
-def _tier(text: str, flag: str):  # -> quality.Tier
+def _tier(text: str, flag: str) -> Tier:
     from backends.profile.quality import Tier
 
     name, sep, url = text.partition("=")

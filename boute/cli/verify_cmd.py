@@ -47,9 +47,12 @@ def register(app: typer.Typer) -> None:
         if sc is None:
             raise BouteError(f"{plan}: scenario_spec: missing; verify replays the plan's own scenario (re-optimise)")
         tol = Tolerances(share=tol_share, quality=tol_quality, p95_rel=tol_p95)
-        verdict, info = run_verify(
-            plan, p, sc, url=url, duration_s=duration, rate_rps=rate, speedup=speedup, seed=seed, tol=tol
-        )
+        try:
+            verdict, info = run_verify(
+                plan, p, sc, url=url, duration_s=duration, rate_rps=rate, speedup=speedup, seed=seed, tol=tol
+            )
+        except (RuntimeError, TimeoutError) as exc:  # a replica or the gateway did not come up
+            raise BouteError(f"verify: {exc}") from None
         if as_json:
             typer.echo(json.dumps({**verdict.to_dict(), **info}, indent=2))
         else:

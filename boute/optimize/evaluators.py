@@ -165,6 +165,7 @@ class FastEvaluator:
             capacity_rps=float(res.capacity_rps),
             thresholds=tuple(float(v) for v in np.asarray(pol.thresholds).reshape(-1)),
             extra={
+                "tier_shares": [float(v) for v in np.asarray(pol.shares).reshape(-1)],
                 "stable": bool(res.stable),
                 "utilisation": [float(u) for u in np.asarray(res.utilisation).reshape(-1)],
             },
@@ -227,6 +228,7 @@ class SimEvaluator:
             mean_latency_s=float(summary["mean_latency_s"]),
             thresholds=tuple(float(v) for v in np.asarray(pol.thresholds).reshape(-1)),
             extra={
+                "tier_shares": [float(v) for v in np.asarray(pol.shares).reshape(-1)],
                 "completed": completed,
                 "requests": n,
                 "slo_attainment": float(summary.get("slo_attainment", math.nan)),

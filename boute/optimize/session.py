@@ -296,5 +296,6 @@ def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None =
         cost_per_hour=r.cost_per_hour,
         evaluator=r.evaluator,
         feasible=r.feasible,
+        tier_shares=(r.extra or {}).get("tier_shares") or (t.result.extra or {}).get("tier_shares"),
     )
     return plan.model_copy(update={"predicted": pred, "objective": out.objective.label})

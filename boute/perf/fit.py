@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from boute.catalog import Catalog, builtin_catalog
 from boute.perf.dataset import PublishedRow, in_scope_rows
 from boute.perf.engines import engine_spec
 from boute.perf.model import make_rates, peak_tflops, replica_perf
-from boute.perf.physics import Shape
+from boute.perf.physics import Rates, Shape
 from boute.perf.serving import saturated_throughput, serving_point, static_batch
 from boute.perf.structure import Families, FittedModel, Structure, link_family, logit, sigmoid
 
@@ -248,14 +248,23 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     return predict_rows(table, rates)
 
 
-def _take(obj, idx: np.ndarray):  # type: ignore[no-untyped-def]
+class _ArrayRecord(Protocol):
+    """A dataclass whose fields are arrays (Rates, Shape)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+_T = TypeVar("_T", bound=_ArrayRecord)
+
+
+def _take(obj: _T, idx: np.ndarray) -> _T:
     """The rows ``idx`` of a dataclass of arrays (0-d fields broadcast and are kept)."""
     return type(obj)(
         **{k: (v[idx] if np.ndim(v) else v) for k, v in ((k, getattr(obj, k)) for k in obj.__dataclass_fields__)}
     )
 
 
-def predict_rows(table: RowTable, rates) -> np.ndarray:  # type: ignore[no-untyped-def]
+def predict_rows(table: RowTable, rates: Rates) -> np.ndarray:
     """Row values from per-row rates: each row through the regime its benchmark ran."""
     t, rows = table, table.rows
     i_all = np.array([r.input_len for r in rows], dtype=float)
@@ -264,7 +273,7 @@ def predict_rows(table: RowTable, rates) -> np.ndarray:  # type: ignore[no-untyp
     mode = np.array([r.mode for r in rows])
     out = np.full(len(rows), np.nan)
 
-    def part(sel: np.ndarray):  # type: ignore[no-untyped-def]
+    def part(sel: np.ndarray) -> tuple[np.ndarray, Rates, Shape, np.ndarray, np.ndarray, np.ndarray]:
         idx = np.flatnonzero(sel)
         return idx, _take(rates, idx), _take(t.shape, idx), i_all[idx], o_all[idx], metric[idx]
 

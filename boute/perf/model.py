@@ -159,7 +159,9 @@ class ReplicaPerf:
     def step_overhead_s(self) -> float:
         return float(self.rates.overhead_s)
 
-    def step_time(self, tokens: ArrayLike, ctx: ArrayLike = 0.0, sq: ArrayLike = 0.0, *, pipelined: bool = False):  # type: ignore[no-untyped-def]
+    def step_time(
+        self, tokens: ArrayLike, ctx: ArrayLike = 0.0, sq: ArrayLike = 0.0, *, pipelined: bool = False
+    ) -> np.ndarray:
         """One step over ``tokens`` new tokens with ``ctx`` KV tokens read (see :mod:`boute.perf.physics`)."""
         return step_time(self.rates, self.shape, tokens, ctx, sq, pipelined=pipelined)
 

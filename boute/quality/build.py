@@ -102,7 +102,7 @@ def build_quality_model(
     }
     return QualityModel(
         tiers=tuple(tier_names or models),
-        test_scores=profile.scores[np.ix_(test, cols)],
+        test_scores=profile.scores[np.ix_(test, np.asarray(cols, dtype=np.int64))],
         test_index=test,
         # a static router embeds with its own table (milliseconds); a MiniLM one reuses the cached embeddings
         route_all=router.score(profile.prompts)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,7 +187,7 @@ class OfflineVerifier:
 def train_verifier(
     prompts: Sequence[str],
     prompt_emb: np.ndarray,
-    responses: dict[str, Sequence[str]],
+    responses: Mapping[str, Sequence[str]],
     response_embs: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],
     train: np.ndarray,

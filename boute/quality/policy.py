@@ -42,7 +42,7 @@ class PolicyResult:
 
 def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
     """Validated fractions as a list of floats (plain Python: this runs on every policy evaluation)."""
-    f = fractions.tolist() if isinstance(fractions, np.ndarray) else list(fractions)  # type: ignore[arg-type]
+    f: list[float] = fractions.tolist() if isinstance(fractions, np.ndarray) else list(fractions)  # type: ignore[arg-type]
     if len(f) != n:
         raise ValueError(f"fractions: expected {n} values (one per tier), got {len(f)}")
     total = 0.0
@@ -202,7 +202,7 @@ class QualityModel:
         prep = self._cascade_prep()
         n, n_tiers = self.n_test, len(self.tiers)
         if n_tiers == 2:
-            th = float(theta[0])
+            th = float(np.asarray(theta, dtype=np.float64).reshape(-1)[0])
             a = bisect.bisect_right(prep["neg_v"], -th)  # number of held-out queries with v >= theta
             total = prep["c0"][a] + (prep["c1"][-1] - prep["c1"][a])
             shares = np.array([a / n, 1.0 - a / n])

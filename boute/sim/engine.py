@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from boute.catalog import Catalog
 from boute.errors import BouteError, InfeasibleError
 from boute.sim.capacity import Lengths, capacity_rps
 from boute.sim.replica import DECODE, IDLE, Replica
@@ -29,7 +30,7 @@ from boute.workload import Workload
 JUDGE_DELAY_S = 0.05
 
 
-def scenario_catalog(scenario: Scenario):  # type: ignore[no-untyped-def]
+def scenario_catalog(scenario: Scenario) -> Catalog:
     """The scenario's catalog with its calibration applied (``boute.perf.scenario_catalog`` if present)."""
     import boute.perf as perf
 

@@ -288,12 +288,17 @@ def fast_evaluate(
     ca2 = stats.arrival_cv**2
     cs2_pf = max(stats.input_sq_mean / max(stats.mean_input**2, 1e-9) - 1.0, 0.0)  # prefill time ~ prompt length
     # per tier: load-weighted fixed part A, per-token time tau, and slot-wait moments
-    tier_a, tier_tau, tier_w1, tier_w2, comps = [], [], [], [], []
+    tier_a: list[float] = []
+    tier_tau: list[float] = []
+    tier_w1: list[float] = []
+    tier_w2: list[float] = []
+    comps: list[tuple[int, float, float, float, float, float]] = []
     prefill_rho = 0.0
     for k, groups in enumerate(per_tier):
         lam_k = rate * visits[k]
         if lam_k <= 0 or not groups:
-            tier_a.append(0.0), tier_tau.append(0.0), tier_w1.append(0.0), tier_w2.append(0.0)
+            for column in (tier_a, tier_tau, tier_w1, tier_w2):
+                column.append(0.0)
             continue
         rho = util[k]
         slots = sum(c * s for _, c, _, s in groups)
@@ -316,8 +321,10 @@ def fast_evaluate(
             prefill_rho = max(prefill_rho, prho)
         p_wait = _erlang_c(slots, rho)
         wc = svc / (slots * (1.0 - rho)) * 0.5 * (ca2_k + cs2)
-        tier_a.append(a_sum), tier_tau.append(tau_sum)
-        tier_w1.append(p_wait * wc), tier_w2.append(2.0 * p_wait * wc * wc)
+        tier_a.append(a_sum)
+        tier_tau.append(tau_sum)
+        tier_w1.append(p_wait * wc)
+        tier_w2.append(2.0 * p_wait * wc * wc)
 
     w_l, s_l, m_l, v_l = [], [], [], []
     if mode == "cascade":
@@ -330,12 +337,15 @@ def fast_evaluate(
             tau = sum(tier_tau[: j + 1])
             w1 = sum(tier_w1[: j + 1])
             w2 = sum(tier_w2[i] - tier_w1[i] ** 2 for i in range(j + 1))
-            w_l.append(ends / total), s_l.append(a - tau), m_l.append(tau * stats.mean_output + w1)
+            w_l.append(ends / total)
+            s_l.append(a - tau)
+            m_l.append(tau * stats.mean_output + w1)
             v_l.append(tau * tau * var_o + w2)
     else:
         for k, share, a, tau, wq, extra_var in comps:
             # the prefill-stage wait is random: it joins the gamma-shaped variable part, not the shift
-            w_l.append(visits[k] * share), s_l.append(a - wq - tau)
+            w_l.append(visits[k] * share)
+            s_l.append(a - wq - tau)
             m_l.append(tau * stats.mean_output + tier_w1[k] + wq)
             v_l.append(tau * tau * var_o + tier_w2[k] - tier_w1[k] ** 2 + extra_var)
     w = np.asarray(w_l)

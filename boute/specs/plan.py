@@ -103,6 +103,9 @@ class Prediction(_Frozen):
     cost_per_hour: float | None = None
     evaluator: str | None = None
     feasible: bool | None = None
+    tier_shares: list[float] | None = Field(
+        None, description="share of the held-out prompts (the quality's) each tier answers at these thresholds"
+    )
 
 
 class Artifact(_Frozen):

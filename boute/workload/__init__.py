@@ -43,7 +43,9 @@ class WorkloadStats:
     p95_output: float
 
 
-def _lengths(scenario: Scenario, n: int, trace_rows: np.ndarray | None, rng: np.random.Generator):  # type: ignore[no-untyped-def]
+def _lengths(
+    scenario: Scenario, n: int, trace_rows: np.ndarray | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     spec = scenario.workload.lengths
     base = scenario.source.parent if scenario.source is not None else None
     pidx = np.full(n, -1, dtype=np.int64)

