@@ -63,9 +63,13 @@ bench: $(STAMP)
 experiments: $(STAMP)
 	$(BIN)/python -m experiments $(if $(QUICK),--quick,)
 
+## Lint: style (ruff), the layer contract (import-linter: the core imports neither router nor backends, and
+## those two only meet over HTTP/Redis), and types (mypy on boute/ and router/).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

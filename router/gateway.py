@@ -436,10 +436,12 @@ class Gateway:
 
     async def _single(self, policy: RoutePolicy, tier: int, kind: str, body: dict[str, Any], stream: bool) -> Any:
         name = policy.tiers[tier]
+        proxy = self.proxy
+        assert proxy is not None  # made in start(), before any request
         if stream:
-            out: Stream | Result = await self.proxy.open_stream(name, PATHS[kind], body)
+            out: Stream | Result = await proxy.open_stream(name, PATHS[kind], body)
         else:
-            out = await self.proxy.complete(name, PATHS[kind], body)
+            out = await proxy.complete(name, PATHS[kind], body)
         return out, tier, out.upstream_s, 1
 
     async def _cascade(self, policy: RoutePolicy, kind: str, body: dict[str, Any], prompt: str, stream: bool) -> Any:
@@ -447,17 +449,19 @@ class Gateway:
         last = len(policy.tiers) - 1
         waited = 0.0
         inner = {**body, "stream": False} if stream else body
+        proxy, judge = self.proxy, policy.judge
+        assert proxy is not None and judge is not None  # a cascade policy always has a judge
         for hop in range(last + 1):
             name = policy.tiers[hop]
             if hop == last and stream:
-                out = await self.proxy.open_stream(name, PATHS[kind], body)
+                out = await proxy.open_stream(name, PATHS[kind], body)
                 return out, hop, waited + out.upstream_s, hop + 1
-            res = await self.proxy.complete(name, PATHS[kind], inner)
+            res = await proxy.complete(name, PATHS[kind], inner)
             waited += res.upstream_s
             if hop == last or res.status != 200:
                 return res, hop, waited, hop + 1
             t = time.perf_counter()
-            score = await policy.judge.ajudge(prompt, response_text(res.body, kind))
+            score = await judge.ajudge(prompt, response_text(res.body, kind))
             waited += time.perf_counter() - t
             if policy.accepts(hop, score):
                 return res, hop, waited, hop + 1

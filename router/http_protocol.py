@@ -194,7 +194,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         existing = self.cycle
         self.cycle = req  # type: ignore[assignment]
         if existing is None or existing.response_complete:
-            self._start_asgi_task(req, None)  # type: ignore[arg-type]
+            self._start_asgi_task(req, None)
         else:  # pipelined behind a request still being answered: uvicorn starts it when that one is done
             self.flow.pause_reading()
             self.pipeline.appendleft((req, None))  # type: ignore[arg-type]
@@ -307,7 +307,3 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 def gateway_protocol(gateway: Gateway) -> type[GatewayHttpProtocol]:
     """The protocol class for ``uvicorn.Config(http=...)``, bound to ``gateway``."""
     return type("BoundGatewayHttpProtocol", (GatewayHttpProtocol,), {"gateway": gateway})
-
-
-#: the ASGI-only variant (no fast path), kept for callers that run the app without a gateway at hand
-CoalescingHttpToolsProtocol = GatewayHttpProtocol

@@ -75,7 +75,7 @@ class Metrics:
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()
 
-    def plan(self, plan: Any) -> None:  # noqa: ANN401 - boute.specs.Plan
+    def plan(self, plan: Any) -> None:
         """Publish the plan's promise (shares from its fractions; P95 and quality from its prediction)."""
         self.promised_share.clear()
         for tier, f in zip(plan.routing.tiers, plan.routing.fractions or [], strict=False):

@@ -176,8 +176,8 @@ class RoutePolicy:
         #: CDF at ~1 µs, or another scorer that declares itself ``cheap``). ``batch``: on the event loop, the
         #: prompts of one loop turn in one ``score`` call (static-embedding routers: ~0.12-0.2 ms of CPU per prompt,
         #: mostly per-call overhead; under wrk batches held ~12 prompts and CPU per request fell from ~350 to
-        #: ~250 µs against scoring inline, and a worker thread cost more than the scoring itself; see
-        #: docs/router.md). ``thread``: a worker thread (MiniLM: milliseconds per prompt).
+        #: ~250 µs against scoring inline, itself no dearer than a worker thread; see docs/router.md).
+        #: ``thread``: a worker thread (MiniLM: milliseconds per prompt).
         self.scoring: str
         if self.scorer is None or isinstance(self.scorer, LengthScorer):
             self.scoring = "inline"

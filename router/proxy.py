@@ -14,7 +14,7 @@ proxy itself (figures in docs/router.md).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,7 +152,7 @@ class Proxy:
                 raise
         raise NoReplica(tier, len(tried), last)
 
-    async def relay(self, s: Stream) -> AsyncIterator[bytes]:
+    async def relay(self, s: Stream) -> AsyncGenerator[bytes, None]:
         """Yield the stream to the client; a mid-stream failure ends it with an SSE error event."""
         ok, done = True, False
         conn = s.conn

@@ -310,7 +310,7 @@ class Pool:
         now = self.loop.time()
         while idle:
             conn = idle.pop()
-            if conn.closed:
+            if conn.closed or conn.transport is None or conn.transport.is_closing():
                 continue
             if now - conn.idle_since > self.keepalive_s:
                 conn.close()
@@ -369,7 +369,10 @@ class Pool:
         for attempt in (0, 1):
             conn, reused = await self.acquire(ep)
             try:
-                conn.send(head, body)
+                try:
+                    conn.send(head, body)
+                except RuntimeError as exc:  # the transport closed under us (uvloop refuses the write)
+                    raise Disconnected(f"connection closed before the request was sent: {exc}") from None
                 if stream:
                     status = await conn.response_head()
                 else:

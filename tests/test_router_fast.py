@@ -218,3 +218,18 @@ def test_cli_trains_static_by_default(tmp_path: Path, capsys: pytest.CaptureFixt
     assert _run([*args, "--embedder", "bert"]) == 2
     err = capsys.readouterr().err
     assert "--embedder" in err and "static, minilm" in err and err.count("\n") == 1
+
+
+def test_the_word_cache_path_tokenises_exactly_as_the_tokenizer(static: StaticEmbedder, gsm8k) -> None:  # noqa: ANN001
+    """Printable-ASCII prompts skip the tokenizer call (per-word cache); every profile prompt and some odd
+    texts must still get the tokenizer's own ids, truncation and unknown-token handling included."""
+    mt = load_profile("builtin:mt-bench")
+    odd = [*ODD, "snake_case and CamelCase\tTABS\r\nend", "a" * 150 + " b", "x_y__z 1,000.50 A-B (c)! ~`@#", "w " * 700]
+    texts = [*gsm8k.prompts, *mt.prompts, *odd]
+
+    def reference(t: str) -> list[int]:
+        ids = static._tok.encode(t[: static._max_chars], add_special_tokens=False).ids
+        return [i for i in ids if i != static._unk]
+
+    mismatched = [t[:60] for t in texts if static.ids(t) != reference(t)]
+    assert mismatched == []

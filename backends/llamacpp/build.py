@@ -167,7 +167,10 @@ def ensure_engine(python: str, wheelhouse: Path, spec: str, status_path: Path) -
             cache.mkdir(parents=True, exist_ok=True)
             env = {**os.environ, "CMAKE_ARGS": fs.cmake_args(), "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
             started = time.monotonic()
-            rc = subprocess.call([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(cache), spec], env=env)
+            # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, so without it a build for another
+            # instruction set would silently return the wheel built for the previous one
+            cmd = [python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", "-w", str(cache), spec]
+            rc = subprocess.call(cmd, env=env)
             wheel = _wheel(cache)
             if rc != 0 or wheel is None:
                 tried.append(f"{fs.key}: build failed (pip exit {rc})")

@@ -225,13 +225,18 @@ class Router:
         return self.score_embeddings(self.embed(prompts), prompts)
 
     def score_one(self, prompt: str) -> float:
-        """One live prompt. Static: tokenise, gather, two dot products (~0.2 ms, no batching machinery);
-        equal to ``score([prompt])[0]`` (same arithmetic, one row)."""
+        """One live prompt. Static: tokenise, gather, two dot products, ~50 us with no batching machinery;
+        equal to ``score([prompt])[0]`` up to float rounding (~1e-16: one row's dot products instead of a
+        matrix product)."""
         if self.static is None:
             return float(self.score([prompt])[0])
         w_emb, w_shape, b = self._weights()
-        z = self.static.embed_one(prompt)[None, :] @ w_emb.T + np.array([shape_row(prompt)]) @ w_shape.T + b
-        return float(self._expected(z)[0])
+        z = w_emb @ self.static.embed_one(prompt).astype(np.float64) + w_shape @ np.array(shape_row(prompt)) + b
+        classes, top = self.head.classes, max(self.n_tiers - 1, 1)
+        if z.shape[0] == 1:  # binary head: the logistic of one logit
+            p1 = 1.0 / (1.0 + math.exp(-float(z[0])))
+            return float((classes[0] + (classes[1] - classes[0]) * p1) / top)
+        return float(self._expected(z[None, :])[0])
 
     # -------------------------------------------------------------------------------------------- files
     def files(self) -> list[Path]:

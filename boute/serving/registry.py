@@ -6,7 +6,8 @@ Layout under a prefix ``P`` (default ``boute``, so several deployments share one
 - ``P:plan``: ``{"version", "plan"}``, the active plan, its version taken from ``P:plan:version`` (INCR);
 - ``P:down:<backend id>``: set with the cooldown as TTL when a gateway trips a replica;
 - ``P:events``: the pub/sub channel; messages ``{"kind": "plan"|"backends"|"down", ...}``;
-- ``P:artifact:<sha256>``: the bytes of a plan bundle's file, so every gateway can load the plan's router.
+- ``P:artifact:<sha256>``: the bytes of a plan bundle's file, so every gateway can load the plan's router;
+- ``P:observations``: a capped list of what each gateway served per interval (``boute.replan.window``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class RedisKeys:
     @property
     def events(self) -> str:
         return f"{self.prefix}:events"
+
+    @property
+    def observations(self) -> str:
+        return f"{self.prefix}:observations"
 
     def artifact(self, sha256: str) -> str:
         return f"{self.prefix}:artifact:{sha256}"
