@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _compare(trials: list, fast: Any) -> dict[str, Any]:  # noqa: ANN401 - FastEvaluator
+def _compare(trials: list, fast: Any) -> dict[str, Any]:
     """Each live trial beside the fast evaluator's prediction for the same plan, and the error summary."""
     import numpy as np
 

@@ -22,7 +22,7 @@ RESULTS = Path(__file__).parent / "results"
 GOAL_GAP = 0.02
 
 
-def _best_trace(trials, targets) -> list[float]:  # noqa: ANN001
+def _best_trace(trials, targets) -> list[float]:
     """Best feasible P95 after each evaluation (inf while none is feasible)."""
     best, out = np.inf, []
     for t in trials:
@@ -40,7 +40,7 @@ def _evals_to(trace: list[float], opt: float) -> int | None:
     return None
 
 
-def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, ref_evals: int) -> dict[str, Any]:  # noqa: ANN001
+def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, ref_evals: int) -> dict[str, Any]:
     from boute.optimize.loop import run_search, targets_of
     from boute.optimize.registry import make_strategy
     from boute.optimize.result import hypervolume_trace
@@ -127,7 +127,7 @@ def _plot(study: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:  # noqa: ANN001
+def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
     """The paper's comparison points, evaluated with the fast path (capacity = max sustainable req/s)."""
     from boute.optimize.baselines import RandomStrategy, equal_split, single_tier_single_gpu
     from boute.optimize.loop import run_search, targets_of
@@ -139,7 +139,7 @@ def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:  # noqa: ANN001
     n_t = len(scenario.tiers)
     large = tuple(1.0 if i == n_t - 1 else 0.0 for i in range(n_t))
 
-    def best(cands):  # noqa: ANN001, ANN202
+    def best(cands):
         rs = [(c, ev(c)) for c in cands]
         feas = [x for x in rs if x[1].feasible]
         pool = feas or rs
@@ -186,7 +186,7 @@ def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:  # noqa: ANN001
     return out
 
 
-def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str, Any]:  # noqa: ANN001
+def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str, Any]:
     """Smallest budget on the grid at which each strategy finds a plan meeting the targets."""
     from boute.errors import InfeasibleError
     from boute.optimize.baselines import RandomStrategy, equal_split, single_tier_single_gpu
@@ -228,7 +228,7 @@ def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str
     return {"budget_grid": budgets, "min_budget_per_hour": found}
 
 
-def _routellm_fr(ev, tg, n_t: int) -> tuple[float, ...]:  # noqa: ANN001
+def _routellm_fr(ev, tg, n_t: int) -> tuple[float, ...]:
     qm = ev.quality_model
     lo, hi = 0.0, 1.0
     for _ in range(30):

@@ -23,7 +23,7 @@ OBJECTIVES = ("latency", "cost")
 METRIC = {"latency": "p95_latency_s", "cost": "cost_per_hour"}
 
 
-def _trace(trials, targets, key: str) -> list[float]:  # noqa: ANN001
+def _trace(trials, targets, key: str) -> list[float]:
     """Best feasible value of ``key`` after each *evaluation* (inf while none is feasible)."""
     best, out = np.inf, []
     for t in trials:
@@ -43,7 +43,7 @@ def _evals_to(trace: list[float], ref: float) -> int | None:
     return None
 
 
-def _run(sp, ev, objective: str, seed: int, evals: int, screen: bool) -> tuple[list[Any], Any, float]:  # noqa: ANN001
+def _run(sp, ev, objective: str, seed: int, evals: int, screen: bool) -> tuple[list[Any], Any, float]:
     from boute.optimize.loop import run_search
     from boute.optimize.objectives import Objective
     from boute.optimize.registry import make_strategy

@@ -56,7 +56,7 @@ def _logit(q: np.ndarray) -> np.ndarray:
 class GPQualityMobo(MoboStrategy):
     """MOBO without the exact quality function: quality is learned by a GP like latency."""
 
-    def bind(self, evaluator: Any) -> None:  # noqa: ANN401 - any Evaluator
+    def bind(self, evaluator: Any) -> None:
         self.quality_fn = None
 
 
@@ -109,7 +109,7 @@ def settings(ctx: Context) -> dict[str, Any]:
     }
 
 
-def strategy(variant: str, space: Any, seed: int, opts: dict[str, Any]) -> Any:  # noqa: ANN401
+def strategy(variant: str, space: Any, seed: int, opts: dict[str, Any]) -> Any:
     from boute.optimize.baselines import RandomStrategy
 
     if variant == "random":

@@ -41,11 +41,11 @@ class Context:
     def quick(self) -> bool:
         return self.preset != "full"
 
-    def pick(self, full: Any, quick: Any, tiny: Any) -> Any:  # noqa: ANN401 - a setting of any type
+    def pick(self, full: Any, quick: Any, tiny: Any) -> Any:
         """The setting for this preset."""
         return {"full": full, "quick": quick, "tiny": tiny}[self.preset]
 
-    def store(self) -> Any:  # noqa: ANN401 - boute.tracking.Store
+    def store(self) -> Any:
         if self._store is None:
             from boute.tracking import open_store
 
@@ -70,7 +70,7 @@ class Context:
 
 
 # ---- scenarios and evaluators -------------------------------------------------------------------------
-def load(name: str, ctx: Context | None = None) -> Any:  # noqa: ANN401 - Scenario
+def load(name: str, ctx: Context | None = None) -> Any:
     """An experiment scenario by file stem; tiny/quick presets shorten the simulated horizon."""
     from boute.specs import load_scenario
 
@@ -82,7 +82,7 @@ def load(name: str, ctx: Context | None = None) -> Any:  # noqa: ANN401 - Scenar
     return sc
 
 
-def with_budget(scenario: Any, budget: float) -> Any:  # noqa: ANN401 - Scenario
+def with_budget(scenario: Any, budget: float) -> Any:
     from boute.optimize.session import with_targets
 
     return with_targets(scenario, budget, None, None)
@@ -98,7 +98,7 @@ class Evaluators:
     _sim: Any = None
 
     @property
-    def fast(self) -> Any:  # noqa: ANN401 - FastEvaluator
+    def fast(self) -> Any:
         if self._fast is None:
             from boute.optimize.evaluators import FastEvaluator
 
@@ -106,7 +106,7 @@ class Evaluators:
         return self._fast
 
     @property
-    def sim(self) -> Any:  # noqa: ANN401 - SimEvaluator
+    def sim(self) -> Any:
         if self._sim is None:
             from boute.optimize.evaluators import SimEvaluator
 
@@ -114,10 +114,10 @@ class Evaluators:
         return self._sim
 
     @property
-    def quality_model(self) -> Any:  # noqa: ANN401 - QualityModel
+    def quality_model(self) -> Any:
         return self.fast.quality_model
 
-    def policy(self, fractions: Any) -> Any:  # noqa: ANN401 - PolicyResult
+    def policy(self, fractions: Any) -> Any:
         from boute.optimize.evaluators import policy_of
 
         return policy_of(self.fast.quality_model, self.mode, tuple(fractions))
@@ -135,7 +135,7 @@ class Evaluators:
 
 
 # ---- result files ---------------------------------------------------------------------------------------
-def clean(value: Any) -> Any:  # noqa: ANN401 - JSON-like
+def clean(value: Any) -> Any:
     """JSON-safe copy: non-finite floats become None, tuples lists, numpy scalars plain numbers."""
     if isinstance(value, dict):
         return {str(k): clean(v) for k, v in value.items()}
@@ -165,7 +165,7 @@ def load_json(results: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def fmt(value: Any, digits: int = 3) -> str:  # noqa: ANN401 - a table cell
+def fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, bool):
@@ -202,7 +202,7 @@ def new_figure(width: float = 6.4, height: float = 4.2) -> tuple[Any, Any]:
     return plt.subplots(figsize=(width, height), dpi=100)
 
 
-def save_figure(ctx: Context, fig: Any, name: str) -> Path:  # noqa: ANN401 - Figure
+def save_figure(ctx: Context, fig: Any, name: str) -> Path:
     import matplotlib.pyplot as plt
 
     ctx.results.mkdir(parents=True, exist_ok=True)
@@ -252,7 +252,7 @@ class Timer:
         self.s = time.perf_counter() - self.t0
 
 
-def deployment_text(deployment: Any) -> str:  # noqa: ANN401 - Sequence[ReplicaGroup]
+def deployment_text(deployment: Any) -> str:
     """Short human form: ``small: 4x rtx-4090 tp1; large: 2x h100-sxm tp4``."""
     parts: dict[str, list[str]] = {}
     for g in deployment:

@@ -32,7 +32,7 @@ def evaluators_for(run: SystemRun, evs: Evaluators) -> Evaluators:
     return _cascade_evaluators(evs)
 
 
-def confirm(evs: Evaluators, cand: Any, rate: float | None = None, seed: int = 0) -> dict[str, Any]:  # noqa: ANN401
+def confirm(evs: Evaluators, cand: Any, rate: float | None = None, seed: int = 0) -> dict[str, Any]:
     """Simulated figures of ``cand`` at ``rate`` (default: the scenario's)."""
     from boute.optimize.evaluators import candidate_plan, router_of
     from boute.sim import simulate
@@ -59,7 +59,7 @@ def confirm(evs: Evaluators, cand: Any, rate: float | None = None, seed: int = 0
     }
 
 
-def fast_p95_at(evs: Evaluators, cand: Any, rate: float) -> float:  # noqa: ANN401 - Candidate
+def fast_p95_at(evs: Evaluators, cand: Any, rate: float) -> float:
     """Fast-path P95 at another offered rate (inf when the plan is unstable there)."""
     from boute.sim import fast_evaluate
 
@@ -76,7 +76,7 @@ def fast_p95_at(evs: Evaluators, cand: Any, rate: float) -> float:  # noqa: ANN4
     return float(res.p95_latency_s) if res.stable else math.inf
 
 
-def rate_limit(evs: Evaluators, cand: Any, hi: float, iters: int = 24) -> float:  # noqa: ANN401
+def rate_limit(evs: Evaluators, cand: Any, hi: float, iters: int = 24) -> float:
     """Largest offered rate (req/s) in (0, hi] whose fast-path P95 is under the cap (0 if none)."""
     cap = evs.scenario.targets.p95_latency_s
     lo = 0.0
@@ -127,7 +127,7 @@ def max_rate(run: SystemRun, evs: Evaluators, top_k: int = 3, sim_steps: int = 8
     return out
 
 
-def cheapest_feasible(run: SystemRun) -> Any:  # noqa: ANN401 - Candidate | None
+def cheapest_feasible(run: SystemRun) -> Any:
     """The cheapest plan of a run's pool that meets all targets (its budget included)."""
     feas = [c for c, r in run.pool if r is not None and r.feasible]
     return min(feas, key=lambda c: c.cost_per_hour) if feas else None

@@ -245,11 +245,56 @@ def cost_section(results: Path) -> list[str]:
         )
         + "\n"
     )
+    out.append(_cost_findings(doc))
     body = _md(results, "cost")
     if body:
         out.append(body.split("\n", 1)[1] if body.startswith("Command") else body)
     out.append(_img(results, "cost"))
     return out
+
+
+def _cost_findings(doc: dict[str, Any]) -> str:
+    """What holds and what does not, read off the data (no figure typed in)."""
+    neg = [
+        f"{b} on {n} ({_pct(r['saving_protocol_a'])} by (a), {_pct(r['saving_equal_effort'])} by (b))"
+        for n, s in doc["scenarios"].items()
+        for b, r in s["matched"].items()
+        if "rate_rps" in r and min(r["saving_protocol_a"] or 0, r["saving_equal_effort"] or 0) < 0
+    ]
+    cross = [
+        f"{n}, {c['where']}: x{c['ratio']:.2f}"
+        for n, s in doc["scenarios"].items()
+        for c in s["goal"].get("preroute_vs_cascadia", [])
+        if c.get("ratio") and not c["holds"]
+    ]
+    own = [
+        f"{b} on {n}"
+        for n, s in doc["scenarios"].items()
+        for b, r in s["matched"].items()
+        if "rate_rps" in r and r[b].get("source")
+    ]
+    none = [n for n, s in doc["scenarios"].items() if not any(r.get("cost_per_hour") for r in s["nominal"].values())]
+    casc = [c for s in doc["scenarios"].values() for c in s["goal"]["checks"] if c["where"].startswith("cascade")]
+    casc_ok = all(c["holds"] for c in casc)
+    lines = [
+        "What does not hold, and why (from the rows below):",
+        "",
+        "* BOute (preroute) is not cheaper than: " + ("; ".join(neg) or "none") + ". Across routing modes, "
+        "against Cascadia's cascade: " + ("; ".join(cross) or "none") + ". On GSM8K the cascade's judge sees "
+        "the small model's answer, so less load reaches the 70B tier for the same floor; BOute in cascade mode "
+        "(same routing as Cascadia) is "
+        + ("within 5% of Cascadia or cheaper in every case" if casc_ok else "not always within 5% of Cascadia")
+        + " (the goal rows).",
+        "* A baseline's least cost at its own $30/h rate is its $30/h rate plan where its own cost search did "
+        "not confirm a cheaper one (the rate sits at that plan's cap, where a fresh fast-path check falls just "
+        "short): " + ("; ".join(own) or "none") + ".",
+        "* No system meets the scenario's 100 req/s with the whole inventory on: "
+        + (", ".join(none) or "none")
+        + "; the comparison there is at the baselines' own rates only.",
+        "* The 70B-alone baselines raise the mean of (a): without them it is "
+        f"{_pct((doc.get('summary') or {}).get('protocol_a_without_70b', {}).get('mean'))}.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def write_readme(results: Path) -> Path:

@@ -38,7 +38,7 @@ def settings(ctx: Context) -> dict[str, Any]:
     }
 
 
-def converge_point(trials: list[Any], targets: Any) -> int | None:  # noqa: ANN401
+def converge_point(trials: list[Any], targets: Any) -> int | None:
     """1-based index of the trial at which the final chosen plan was first chosen (None: never feasible)."""
     from boute.optimize.result import best_key_trace
 

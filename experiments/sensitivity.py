@@ -46,7 +46,7 @@ def settings(ctx: Context) -> dict[str, Any]:
     }
 
 
-def shifted(scenario: Any, change: dict[str, float]) -> Any:  # noqa: ANN401 - Scenario
+def shifted(scenario: Any, change: dict[str, float]) -> Any:
     wl = scenario.workload
     upd: dict[str, Any] = {}
     if "rate" in change:

@@ -80,7 +80,7 @@ def routellm_fractions(evs: Evaluators) -> tuple[float, ...]:
     return tuple(float(v) for v in fr(hi))
 
 
-def _space(scenario: Any, **kw: Any) -> Any:  # noqa: ANN401 - Space | None
+def _space(scenario: Any, **kw: Any) -> Any:
     from boute.errors import InfeasibleError
     from boute.optimize.space import Space
 
@@ -152,7 +152,7 @@ def run_boute(
     return run
 
 
-def _rehome(space: Any, trials: Sequence[Any]) -> list[Any]:  # noqa: ANN401
+def _rehome(space: Any, trials: Sequence[Any]) -> list[Any]:
     """Earlier trials that are valid in ``space`` (e.g. a lower budget), re-indexed: a warm start."""
     from boute.optimize.result import Trial
     from boute.optimize.space import is_valid

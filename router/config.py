@@ -45,6 +45,9 @@ class Settings(BaseModel):
     health_timeout_s: PositiveFloat = Field(1.0, description="active health check timeout")
     cooldown_s: PositiveFloat = Field(5.0, description="the one TTL: how long a tripped replica stays out")
     cb_failures: PositiveInt = Field(3, description="consecutive failures that open a replica's circuit")
+    observe_interval_s: PositiveFloat = Field(
+        5.0, description="how often what was served is pushed to Redis for re-planning (boute replan)"
+    )
     drain_timeout_s: PositiveFloat = Field(30.0, description="graceful shutdown: wait this long for in-flight")
     judge_url: str | None = Field(None, description="cascade: OpenAI-compatible judge endpoint (LLMJudge)")
     judge_model: str = Field("judge", description="cascade: model name sent to the judge endpoint")

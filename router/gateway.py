@@ -18,13 +18,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from boute.errors import SpecError
-from boute.serving import BACKENDS, BackendSpec
+from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.serving.bundle import artifact_cache, materialise, open_plan, plan_catalog
 from boute.serving.relay import RelayResponse
 from boute.specs.plan import Plan, check_plan_hardware
 from router.balancer import Balancer
 from router.config import Settings
 from router.metrics import Metrics
+from router.observe import Observer, answer_tokens, healthy_groups
 from router.openai_io import (
     CHAT,
     BadRequest,
@@ -147,7 +148,9 @@ class _HeldStream:
         try:
             return await self.chunks.__anext__()
         except StopAsyncIteration:
-            self.gw.metrics.served(self.tier, time.perf_counter() - self.t0)
+            latency = time.perf_counter() - self.t0
+            self.gw.metrics.served(self.tier, latency)
+            self.gw.observer.done(self.tier, True, latency, None)
             raise
 
     async def aclose(self) -> None:
@@ -166,6 +169,7 @@ class Gateway:
     def __init__(self, settings: Settings, plan: Plan | None = None, backends: list[BackendSpec] | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics(self)
+        self.observer = Observer(settings.observe_interval_s)
         self.balancer = Balancer(settings, on_trip=self._tripped)
         self.state = SharedState(settings, self._on_change, self.balancer.mark_down)
         self.policy: RoutePolicy | None = None
@@ -194,6 +198,9 @@ class Gateway:
         await self.state.start(plan, backends)
         await self.balancer.check_all(self.client)  # start-up: replicas that do not answer start as down
         self._tasks.append(asyncio.create_task(self.balancer.health_loop(self.client), name="boute-health"))
+        keys = RedisKeys(s.redis_prefix)
+        watch = self.observer.run(lambda: healthy_groups(self.balancer), s.redis_url, keys.observations)
+        self._tasks.append(asyncio.create_task(watch, name="boute-observe"))
         # Start-up objects (modules, catalog, pydantic schemas: ~10^5) never die; without freezing, every
         # full collection walks them all and stalls the event loop for tens of ms (seen as p99 latency).
         gc.collect()
@@ -305,6 +312,7 @@ class Gateway:
                     "model",
                     "model_not_found",
                 )
+            score: float | None = None
             if forced is not None:
                 tier, cascade = forced, False
             elif policy.mode == "preroute":
@@ -323,9 +331,11 @@ class Gateway:
                 tier, cascade = policy.tier_for_score(score), False
             else:
                 tier, cascade = 0, True
+            self.observer.arrival(prompt, score)
             entry = policy.tiers[tier]
             held = self.tier_inflight.get(entry, 0)
             if held >= s.tier_queue_per_replica * max(1, self.balancer.healthy(entry)):
+                self.observer.done(entry, False, 0.0, None)
                 return self._shed("tier_queue", f"tier '{entry}' is at capacity")
             self.tier_inflight[entry] = held + 1
             reply = await self._dispatch(policy, tier, cascade, kind, body, prompt, stream, receive, t0)
@@ -340,6 +350,7 @@ class Gateway:
             self.metrics.count("-", exc.status)
             return Reply.error(exc.status, exc.message, exc.kind, exc.param, exc.code)
         except NoReplica as exc:
+            self.observer.done(exc.tier, False, 0.0, None)
             self.metrics.count("-", 503)
             return Reply.error(503, str(exc), "service_unavailable", headers=self._retry)
         finally:
@@ -388,8 +399,10 @@ class Gateway:
         if isinstance(result, Stream):
             headers.update(SSE_HEADERS)
             return Reply(200, b"", headers, "text/event-stream", _HeldStream(self, result, entry, tier_name, t0))
+        latency = time.perf_counter() - t0
+        self.observer.done(tier_name, status == 200, latency, answer_tokens(result.body) if status == 200 else None)
         if status == 200:
-            self.metrics.served(tier_name, time.perf_counter() - t0)
+            self.metrics.served(tier_name, latency)
         if stream and status == 200:  # cascade accepted a non-final tier: re-send as SSE
             headers.update(SSE_HEADERS)
             return Reply(200, completion_as_sse(result.body, kind), headers, "text/event-stream")

@@ -64,7 +64,9 @@ class Observer:
     def close(self, healthy: dict[str, int], now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now
         tiers = {
-            t: TierStats(self.served.get(t, 0), self.failed.get(t, 0), list(self.latency[t].values) if t in self.latency else [])
+            t: TierStats(
+                self.served.get(t, 0), self.failed.get(t, 0), list(self.latency[t].values) if t in self.latency else []
+            )
             for t in set(self.served) | set(self.failed)
         }
         snap = Snapshot(
@@ -82,7 +84,7 @@ class Observer:
         self._reset(now)
         return snap
 
-    async def run(self, healthy: Any, redis_url: str | None, key: str) -> None:  # noqa: ANN401 - callable
+    async def run(self, healthy: Any, redis_url: str | None, key: str) -> None:
         """Close an interval every ``interval_s`` and push it (``healthy()``: replica group -> count)."""
         r = None
         if redis_url is not None:
@@ -107,7 +109,7 @@ class Observer:
                 await r.aclose()
 
 
-def healthy_groups(balancer: Any) -> dict[str, int]:  # noqa: ANN401 - router.balancer.Balancer
+def healthy_groups(balancer: Any) -> dict[str, int]:
     """Healthy replicas per replica group, from the balancer's view."""
     now = time.monotonic()
     out: dict[str, int] = {}
@@ -117,3 +119,21 @@ def healthy_groups(balancer: Any) -> dict[str, int]:  # noqa: ANN401 - router.ba
             key = group_key(s.tier, s.gpu, s.tp, s.pp)
             out[key] = out.get(key, 0) + int(r.available(now))
     return out
+
+
+_USAGE = b'"completion_tokens":'
+
+
+def answer_tokens(body: bytes) -> int | None:
+    """``usage.completion_tokens`` of an OpenAI JSON answer, read without parsing the body (a byte search:
+    the hot path forwards bodies untouched)."""
+    i = body.rfind(_USAGE)
+    if i < 0:
+        return None
+    j = i + len(_USAGE)
+    while j < len(body) and body[j] in b" \t":
+        j += 1
+    k = j
+    while k < len(body) and 48 <= body[k] <= 57:
+        k += 1
+    return int(body[j:k]) if k > j else None

@@ -28,22 +28,24 @@ def scenario():
     return load_scenario(None)
 
 
-def _run(scenario, objective: str, confirm_skew: float, budget: int, store=None):  # noqa: ANN001, ANN202
+def _run(scenario, objective: str, confirm_skew: float, budget: int, store=None, prior: bool = False):
     fast = SkewedEvaluator(scenario, "skew-fast", 0, 0.2)
     out = optimize(scenario, evaluator=fast, max_evals=24, objective=objective, seed=3, store=store, experiment="c")
     assert out.chosen is not None  # the optimistic search is sure it found plans meeting the targets
     checker = SkewedEvaluator(scenario, "truth", 1, confirm_skew)
-    confirm(out, checker, store=store, max_evals=budget, seed=3)
+    confirm(out, checker, store=store, max_evals=budget, seed=3, prior=fast if prior else None)
     return out
 
 
-@pytest.mark.parametrize("objective", ["latency", "cost"])
-def test_a_plan_is_final_only_if_the_confirming_evaluator_accepts_it(scenario, objective: str, tmp_path) -> None:
+@pytest.mark.parametrize(("objective", "prior"), [("latency", False), ("cost", False), ("cost", True)])
+def test_a_plan_is_final_only_if_the_confirming_evaluator_accepts_it(
+    scenario, objective: str, prior: bool, tmp_path
+) -> None:
     from boute.tracking import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'c.db'}")
     try:
-        out = _run(scenario, objective, 1.0, 16, store)
+        out = _run(scenario, objective, 1.0, 16, store, prior)
         tg = scenario.goal
         first = out.confirmations[0]
         assert first.status == CONFIRMED and first.result.evaluator == "truth"
@@ -172,3 +174,14 @@ def test_prefill_heavy_scenario_writes_only_a_confirmed_plan(
     else:
         assert code == 2, err
         assert "closest" in err.strip().splitlines()[-1] and not plan.exists()
+
+
+def test_the_continued_search_learns_the_search_evaluators_error(scenario) -> None:
+    """With the search evaluator as the prior, the continued search's GP models only the confirming
+    evaluator's discrepancy from it (here a constant factor of 5 in P95), so it lands on a plan that passes
+    at no more cost than without the prior."""
+    with_prior = _run(scenario, "cost", 1.0, 16, prior=True)
+    without = _run(scenario, "cost", 1.0, 16)
+    assert with_prior.final is not None
+    cost = with_prior.confirmed[with_prior.final.index].cost_per_hour
+    assert without.final is None or cost <= without.confirmed[without.final.index].cost_per_hour + 1e-9

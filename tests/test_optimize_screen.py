@@ -53,7 +53,7 @@ def test_projection_lands_on_the_floor_region_and_leaves_the_rest_alone(builtin)
     assert 0 < moved < 300
 
 
-def _assert_bound_holds(sp: Space, ev, scr: Screen, n: int) -> tuple[int, int]:  # noqa: ANN001
+def _assert_bound_holds(sp: Space, ev, scr: Screen, n: int) -> tuple[int, int]:
     rng = np.random.default_rng(1)
     removed = stable = 0
     for _ in range(n):

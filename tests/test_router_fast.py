@@ -220,7 +220,7 @@ def test_cli_trains_static_by_default(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "--embedder" in err and "static, minilm" in err and err.count("\n") == 1
 
 
-def test_the_word_cache_path_tokenises_exactly_as_the_tokenizer(static: StaticEmbedder, gsm8k) -> None:  # noqa: ANN001
+def test_the_word_cache_path_tokenises_exactly_as_the_tokenizer(static: StaticEmbedder, gsm8k) -> None:
     """Printable-ASCII prompts skip the tokenizer call (per-word cache); every profile prompt and some odd
     texts must still get the tokenizer's own ids, truncation and unknown-token handling included."""
     mt = load_profile("builtin:mt-bench")

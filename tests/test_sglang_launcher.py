@@ -14,7 +14,7 @@ from boute.specs.plan import Plan, ReplicaGroup, Routing
 
 def _plan() -> Plan:
     return Plan(
-        routing=Routing(tiers=["small", "large"], fractions=[0.6, 0.4]),
+        routing=Routing(tiers=["small", "large"], fractions=[0.6, 0.4], scorer="length", reference="builtin:gsm8k"),
         deployment=[
             ReplicaGroup(tier="small", model="llama-3.1-8b", gpu="rtx-4090", count=2),
             ReplicaGroup(tier="large", model="llama-3.1-70b", gpu="h100-sxm", count=1, tp=2, pp=2, dtype="fp8"),

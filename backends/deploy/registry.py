@@ -99,8 +99,10 @@ class Registry:
             raise RegistryError(f"plan at {self.url} ({self.k_plan}): {exc}") from None
 
     def clear(self) -> None:
-        """Remove this prefix's registry and plan (tests, ``deploy down --purge``)."""
-        self._r.delete(self.k_backends, self.k_plan, self.k_plan_version)
+        """Remove everything under this prefix: registry, plan, bundle files, observations (tests, the live
+        evaluator's throw-away prefixes)."""
+        artifacts = list(self._r.scan_iter(match=self.keys.artifact("*"), count=500))
+        self._r.delete(self.k_backends, self.k_plan, self.k_plan_version, self.keys.observations, *artifacts)
         self._r.publish(self.channel, json.dumps({"kind": "backends"}))
 
     def close(self) -> None:

@@ -134,6 +134,7 @@ def register(app: typer.Typer) -> None:
                     prefer=prefer,
                     screen=screen,
                 )
+            searcher = ev
             ev.close()  # replicas of a live search are not needed to confirm or write the plan
             if res.resumed_trials:
                 typer.echo(
@@ -145,7 +146,9 @@ def register(app: typer.Typer) -> None:
             if confirm and confirming.fidelity > searching.fidelity:  # confirmations only move up
                 checker = make_evaluator(confirm_with, sc, mode, seed, quality_model=ev.quality_model, redis_url=redis)
                 ev = checker  # closed by the finally below, whatever happens while confirming
-                session.confirm(res, checker, store=store, max_evals=max_confirm, seed=seed)
+                # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
+                prior = searcher if searching.fidelity == 0 else None
+                session.confirm(res, checker, store=store, max_evals=max_confirm, seed=seed, prior=prior)
                 checker.close()
             elif confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
                 res.confirmed[res.chosen.index] = res.chosen.result

@@ -13,7 +13,9 @@ the targets can be the answer**:
    search continues *with the confirming evaluator*, warm-started from the confirmed results (the same
    strategy, objective and screens, a GP now trained on the faithful figures), until the confirmed choice
    has not changed for ``CONFIRM_PATIENCE`` evaluations, or ``max_evals`` confirming evaluations in all are
-   spent.
+   spent. With ``prior`` (the search evaluator, when it is cheap), that GP models only the discrepancy
+   between the confirming evaluator and ``prior``, plan by plan (:class:`boute.optimize.mobo.MoboStrategy`),
+   so each faithful result corrects the search evaluator's figures for the whole space.
 3. The answer is the objective's pick among plans the confirming evaluator found meeting the targets; if
    there is none, :attr:`Outcome.final` stays None and the caller reports the closest confirmed plan
    (``boute optimize`` exits 2 and writes nothing).
@@ -65,7 +67,7 @@ def distinct(pool: Sequence[Trial], k: int) -> list[Trial]:
     return picked
 
 
-def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> list[Trial]:  # noqa: ANN401
+def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> list[Trial]:
     """Search trials meeting the targets, in the order confirmation tries them (module doc, step 1)."""
     ok = [t for t in trials if t.ok and t.result is not None]
     feas = [t for t, m in zip(ok, feasible_mask(ok, targets), strict=True) if m]
@@ -87,19 +89,21 @@ def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> l
 
 
 def confirm(
-    out: Any,  # noqa: ANN401 - session.Outcome
+    out: Any,
     evaluator: Evaluator,
     max_points: int = 4,
-    store: Any = None,  # noqa: ANN401 - boute.tracking.Store
+    store: Any = None,
     *,
     max_evals: int | None = None,
     seed: int = 0,
     strategy_options: dict[str, Any] | None = None,
+    prior: Evaluator | None = None,
 ) -> None:
     """Confirm ``out``'s answer with ``evaluator`` (module doc); sets ``out.final`` (None: nothing confirmed).
 
     ``max_evals``: confirming evaluations in all, re-checks and continued search (default ``3 * max_points``);
-    ``max_evals <= max_points`` never continues the search.
+    ``max_evals <= max_points`` never continues the search. ``prior``: a cheap evaluator whose P95 the
+    continued search corrects (module doc, step 2).
     """
     from boute.optimize.loop import targets_of
 
@@ -120,7 +124,7 @@ def confirm(
         index = len(out.trials) + len(out.confirmations)
         try:
             res = evaluator(t.candidate)
-        except Exception as exc:  # noqa: BLE001 - a plan the confirming evaluator cannot run is not confirmed
+        except Exception as exc:
             record(Trial(index, t.x, t.z, t.candidate, None, status="failed", error=f"confirm: {exc}"))
             continue
         out.confirmed[t.index] = res
@@ -135,14 +139,14 @@ def confirm(
         top is None or not tg.met_by(top.quality, top.p95_latency_s, top.cost_per_hour, top.quality_se)
     )
     if (not found or top_failed) and budget > len(out.confirmations):
-        _continue_search(out, evaluator, budget - len(out.confirmations), record, seed, strategy_options)
+        _continue_search(out, evaluator, budget - len(out.confirmations), record, seed, strategy_options, prior)
         searched = [t for t in out.confirmations if t.status == CONFIRM_SEARCH and t.result is not None]
         for t in searched:
             out.confirmed[t.index] = t.result
         _pick(out, checked + searched, tg)
 
 
-def _pick(out: Any, checked: list[Trial], tg: Any) -> bool:  # noqa: ANN401
+def _pick(out: Any, checked: list[Trial], tg: Any) -> bool:
     """Set ``out.final`` to the objective's pick among confirmed plans meeting the targets (True if any)."""
     res = [out.confirmed[t.index] for t in checked]
     if not res:
@@ -168,14 +172,14 @@ class _Guarded:
         self.name, self.fidelity = evaluator.name, evaluator.fidelity
         self.mode, self.quality_model = getattr(evaluator, "mode", "preroute"), evaluator.quality_model
 
-    def __call__(self, cand: Any) -> Any:  # noqa: ANN401 - Candidate -> EvalResult
+    def __call__(self, cand: Any) -> Any:
         from boute.errors import BouteError
 
         try:
             return self.inner(cand)
         except BouteError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise BouteError(f"confirm: {exc}") from exc
 
     def close(self) -> None:
@@ -183,12 +187,13 @@ class _Guarded:
 
 
 def _continue_search(
-    out: Any,  # noqa: ANN401 - session.Outcome
+    out: Any,
     evaluator: Evaluator,
     n: int,
-    record: Any,  # noqa: ANN401 - Callable[[Trial], None]
+    record: Any,
     seed: int,
     strategy_options: dict[str, Any] | None,
+    prior: Evaluator | None = None,
 ) -> None:
     """Search on with the confirming evaluator, warm-started from the confirmations (module doc, step 2)."""
     from boute.optimize.registry import make_strategy
@@ -203,6 +208,8 @@ def _continue_search(
         for i, t in enumerate(out.confirmations)
     ]
     opts = {k: v for k, v in (strategy_options or {}).items() if k != "n_init"}
+    if prior is not None and evaluator.quality_model is not None:  # (the GP-quality fallback takes no prior)
+        opts["prior"] = lambda cand: prior(cand).p95_latency_s
     strat = make_strategy("mobo", space, seed, n_init=0, objective=out.objective, **opts)
     screen = Screen.build(space, evaluator.quality_model, getattr(evaluator, "mode", "preroute"))
 

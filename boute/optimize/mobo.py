@@ -27,6 +27,12 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   ``-log P95``, exact ``-$/h``) with the reference point at the targets (floor, cap, budget).
 * **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
   meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
+* **A cheaper evaluator as the prior** (``prior``, used when a confirmation's search goes on with the
+  simulator, :mod:`boute.optimize.confirm`): the GP then models only the *discrepancy* between the trials'
+  ``-log P95`` and the cheaper evaluator's for the same plans (milliseconds each), and the acquisitions see
+  cheaper-evaluator prediction + GP residual as one outcome (a sum of a deterministic model and the GP inside
+  BoTorch's MC acquisitions). A handful of faithful results then corrects the fast path everywhere instead of
+  being the GP's only knowledge of the space.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ class MoboStrategy:
         fit_maxiter: int = 60,
         quality_fn: QualityFn | None = None,
         objective: Objective | str = "latency",
+        prior: Callable[[Any], float] | None = None,
     ) -> None:
         """``num_restarts``/``raw_samples``/``acq_optimizer`` only apply to the GP-quality fallback."""
         if acq not in ACQS:
@@ -103,6 +110,8 @@ class MoboStrategy:
         self.quality_fn = quality_fn
         self.objective = objective if isinstance(objective, Objective) else Objective(objective)
         self.screen: Screen | None = None
+        self.prior = prior  # Candidate -> P95 s by a cheaper evaluator (module doc)
+        self._prior_cache: dict[str, float] = {}
         self._fallback_opts = {
             "num_restarts": num_restarts,
             "raw_samples": raw_samples,
@@ -225,7 +234,8 @@ class MoboStrategy:
         p = np.array([t.result.p95_latency_s for t in ok])  # type: ignore[union-attr]
         c = np.array([t.result.cost_per_hour for t in ok])  # type: ignore[union-attr]
         y = -np.log(np.clip(p, 1e-6, self.clip_factor * cap))
-        gp = self._fit(X, torch.tensor(y, dtype=torch.double).unsqueeze(-1), step)
+        y_fit = y if self.prior is None else y - np.array([self._prior_y(t.candidate) for t in ok])
+        gp = self._fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1), step)
         t1 = time.perf_counter()
 
         feas = self.space.scenario.goal.mask(q, p, c)
@@ -247,18 +257,19 @@ class MoboStrategy:
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
             return rng.random(self.space.dim)
         pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
+        lat = self._lat_models(gp, pool, ok)
         t2 = time.perf_counter()
         if kind == "cost":
             best_cost = float(c[feas].min()) if feas.any() else budget + 1.0
-            scores = self._log_cei_cost(gp, pool, pq, floor, cap, best_cost)
+            scores = self._log_cei_cost(lat, pool, pq, floor, cap, best_cost)
         elif kind == "pareto":
-            scores = self._log_nehvi(gp, X, pool, floor, cap, budget=budget)
+            scores = self._log_nehvi(lat, X, pool, floor, cap, budget=budget)
         elif kind == "ei" and (pq >= floor - 1e-12).any():
             best = float(y[feas].max()) if feas.any() else -math.log(cap)
-            scores = self._log_ei(gp, pool, pq, floor, best)
+            scores = self._log_ei(lat, pool, pq, floor, best)
         else:
             kind = "ehvi"
-            scores = self._log_nehvi(gp, X, pool, floor, cap)
+            scores = self._log_nehvi(lat, X, pool, floor, cap)
         i = int(np.argmax(scores))
         self.timings.append(
             {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
@@ -288,7 +299,9 @@ class MoboStrategy:
                     break
         return [np.asarray(ok[i].z, dtype=float) for i in idx]
 
-    def _log_cei_cost(self, gp, pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float) -> np.ndarray:  # noqa: ANN001
+    def _log_cei_cost(
+        self, lat: list, pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
+    ) -> np.ndarray:
         """BoTorch constrained qLogEI on ``-$/h`` (exact) with the outcome constraint ``P95 <= cap`` (GP).
 
         The improvement is deterministic (cost is known), so this is the cost saving over the cheapest plan
@@ -302,14 +315,15 @@ class MoboStrategy:
         from botorch.models.model import ModelList
         from botorch.sampling.get_sampler import get_sampler
 
-        model = ModelList(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1), gp)
+        model = ModelList(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1), *lat)
         Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
         acq = qLogExpectedImprovement(
             model=model,
             best_f=-best_cost,
             sampler=get_sampler(model.posterior(Z[:1]), torch.Size([self.mc_samples]), seed=self.seed),
             objective=GenericMCObjective(lambda Y, X=None: Y[..., 0]),
-            constraints=[lambda Y: -math.log(cap) - Y[..., 1]],  # feasible when -log P95 >= -log cap
+            # feasible when -log P95 (the latency outputs' sum) >= -log cap
+            constraints=[lambda Y: -math.log(cap) - Y[..., 1:].sum(dim=-1)],
         )
         with torch.no_grad():
             s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
@@ -343,18 +357,64 @@ class MoboStrategy:
             idx = list(np.argsort(-q)[:3])
         return [np.asarray(ok[int(i)].z, dtype=float) for i in idx]
 
-    def _log_ei(self, gp, pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:  # noqa: ANN001
-        """Log expected improvement of ``-log P95`` over the incumbent; plans below the floor score -inf."""
-        import torch
-        from botorch.acquisition.analytic import LogExpectedImprovement
+    def _log_ei(self, lat: list, pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:
+        """Log expected improvement of ``-log P95`` over the incumbent; plans below the floor score -inf.
 
-        acq = LogExpectedImprovement(gp, best_f=best, maximize=True)
+        Analytic LogEI on the GP; with a prior (``lat`` = [prior, residual GP]) BoTorch's qLogEI on their sum.
+        """
+        import torch
+
         Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
+        if len(lat) == 1:
+            from botorch.acquisition.analytic import LogExpectedImprovement
+
+            acq = LogExpectedImprovement(lat[0], best_f=best, maximize=True)
+        else:
+            from botorch.acquisition.logei import qLogExpectedImprovement
+            from botorch.acquisition.objective import GenericMCObjective
+            from botorch.models.model import ModelList
+            from botorch.sampling.get_sampler import get_sampler
+
+            model = ModelList(*lat)
+            acq = qLogExpectedImprovement(
+                model=model,
+                best_f=best,
+                sampler=get_sampler(model.posterior(Z[:1]), torch.Size([self.mc_samples]), seed=self.seed),
+                objective=GenericMCObjective(lambda Y, X=None: Y.sum(dim=-1)),
+            )
         with torch.no_grad():
-            s = acq(Z).numpy().astype(float)
+            s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
         return np.where(pq >= floor - 1e-12, s, -np.inf)
 
-    def _log_nehvi(self, gp, X, pool: Pool, floor: float, cap: float, budget: float | None = None) -> np.ndarray:  # noqa: ANN001
+    # ---- the latency outcome: the GP, or a cheaper evaluator's figure plus the GP's residual ------------
+    def _prior_y(self, cand: Any) -> float:
+        """``-log P95`` of ``cand`` by the prior evaluator, clipped as the trials' are (cached per plan)."""
+        key = cand.key()
+        if key not in self._prior_cache:
+            assert self.prior is not None
+            cap = self.space.scenario.targets.p95_latency_s
+            self._prior_cache[key] = -math.log(min(max(float(self.prior(cand)), 1e-6), self.clip_factor * cap))
+        return self._prior_cache[key]
+
+    def _lat_models(self, gp, pool: Pool, ok: Sequence[Trial]) -> list:  # noqa: ANN001 - GP
+        """Models whose outputs add up to ``-log P95``: ``[gp]``, or ``[prior, gp]`` with a prior (module doc)."""
+        if self.prior is None:
+            return [gp]
+        import torch
+        from botorch.models.deterministic import GenericDeterministicModel
+
+        known = {z.tobytes(): self._prior_y(cd) for z, cd in zip(pool.z, pool.candidates, strict=True)}
+        known.update({np.asarray(t.z, dtype=float).tobytes(): self._prior_y(t.candidate) for t in ok})
+        space = self.space
+
+        def prior(Z: torch.Tensor) -> torch.Tensor:
+            flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy().astype(float)
+            vals = [known[z.tobytes()] if z.tobytes() in known else self._prior_y(space.decode(z)) for z in flat]
+            return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+
+        return [GenericDeterministicModel(prior, num_outputs=1), gp]
+
+    def _log_nehvi(self, lat: list, X, pool: Pool, floor: float, cap: float, budget: float | None = None) -> np.ndarray:  # noqa: ANN001
         """qLogNEHVI of (exact quality, GP ``-log P95``) with the reference point at the targets; with
         ``budget``, of (exact quality, GP ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget)."""
         import torch
@@ -370,15 +430,26 @@ class MoboStrategy:
             vals = [self._quality(tuple(space._fractions(z))) for z in flat]
             return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
 
-        models = [GenericDeterministicModel(quality, num_outputs=1), gp]
+        models = [GenericDeterministicModel(quality, num_outputs=1), *lat]
         ref = [floor, -math.log(cap)]
         if budget is not None:
             models.append(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1))
             ref.append(-budget)
         model = ModelList(*models)
+        n_lat = len(lat)
+        objective = None
+        if n_lat > 1:  # outcomes (quality, -log P95 = the latency outputs' sum[, -$/h])
+            from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
+
+            def outcomes(Y: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
+                parts = [Y[..., :1], Y[..., 1 : 1 + n_lat].sum(dim=-1, keepdim=True), Y[..., 1 + n_lat :]]
+                return torch.cat(parts, dim=-1)
+
+            objective = GenericMCMultiOutputObjective(outcomes)
         acq = qLogNoisyExpectedHypervolumeImprovement(
             model=model,
             ref_point=ref,
+            objective=objective,
             X_baseline=X,
             sampler=get_sampler(model.posterior(X[:1]), torch.Size([self.mc_samples]), seed=self.seed),
             prune_baseline=True,

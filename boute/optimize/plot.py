@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _save(fig: Any, path: str | Path) -> Path:  # noqa: ANN401 - Figure
+def _save(fig: Any, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     p = Path(path)
@@ -24,7 +24,7 @@ def _save(fig: Any, path: str | Path) -> Path:  # noqa: ANN401 - Figure
     return p
 
 
-def _written(out: Any) -> Any:  # noqa: ANN401 - EvalResult | None
+def _written(out: Any) -> Any:
     """The written plan's figures (the confirming evaluator's when confirmed), or None."""
     t = out.final
     if t is None or t.result is None:
@@ -32,7 +32,7 @@ def _written(out: Any) -> Any:  # noqa: ANN401 - EvalResult | None
     return out.confirmed.get(t.index, t.result)
 
 
-def plot_front(out: Any, path: str | Path) -> Path:  # noqa: ANN401 - session.Outcome
+def plot_front(out: Any, path: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,7 +69,7 @@ def plot_front(out: Any, path: str | Path) -> Path:  # noqa: ANN401 - session.Ou
     return _save(fig, path)
 
 
-def plot_front3(out: Any, path: str | Path) -> Path:  # noqa: ANN401 - session.Outcome
+def plot_front3(out: Any, path: str | Path) -> Path:
     """The quality x P95 x $/h front as three pairwise projections (module doc)."""
     import matplotlib
 

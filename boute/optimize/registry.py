@@ -66,7 +66,7 @@ STRATEGIES.register("random", "boute.optimize.baselines:RandomStrategy", "unifor
 STRATEGIES.register("nsga2", "boute.optimize.baselines:NSGA2Strategy", "NSGA-II")
 
 
-def make_strategy(name: str, space: Any, seed: int = 0, **options: Any) -> Any:  # noqa: ANN401 - Space, Strategy
+def make_strategy(name: str, space: Any, seed: int = 0, **options: Any) -> Any:
     """The strategy called ``name`` for ``space``."""
     return STRATEGIES.get(name).load()(space, seed=seed, **options)
 

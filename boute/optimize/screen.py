@@ -51,7 +51,7 @@ class ScreenCounts:
         return asdict(self)
 
 
-def replica_bound_rps(perf: Any, mean_in: float, mean_out: float) -> float:  # noqa: ANN401 - ReplicaPerf
+def replica_bound_rps(perf: Any, mean_in: float, mean_out: float) -> float:
     """Upper bound on the requests/s one replica can complete, from the performance model alone.
 
     Two necessary conditions, each optimistic: decode cannot run more than the KV-limited batch ``B`` per
@@ -103,7 +103,7 @@ class Screen:
     def floor(self) -> float:
         return self.space.scenario.targets.quality_floor
 
-    def _policy(self, fractions: np.ndarray) -> Any:  # noqa: ANN401 - PolicyResult
+    def _policy(self, fractions: np.ndarray) -> Any:
         from boute.optimize.evaluators import policy_of
 
         key = tuple(round(float(f), 12) for f in fractions)

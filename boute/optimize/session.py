@@ -57,7 +57,7 @@ def trial_row(t: Trial) -> dict[str, Any]:
     }
 
 
-def trial_from_row(row: Any) -> Trial:  # noqa: ANN401 - TrialRow
+def trial_from_row(row: Any) -> Trial:
     p = row.params
     cand = Candidate(
         tuple(p["fractions"]), tuple(ReplicaGroup(**g) for g in p["deployment"]), float(p["cost_per_hour"])
@@ -179,7 +179,7 @@ def optimize(
     mode: str = "preroute",
     patience: int | None = 20,
     gpus: tuple[str, ...] | None = None,
-    store: Any = None,  # noqa: ANN401 - boute.tracking.Store
+    store: Any = None,
     experiment: str | None = None,
     on_trial: Callable[[Trial, list[Trial]], None] | None = None,
     strategy_options: dict[str, Any] | None = None,
@@ -265,7 +265,7 @@ def confirm(
     out: Outcome,
     evaluator: Evaluator,
     max_points: int = 4,
-    store: Any = None,  # noqa: ANN401 - boute.tracking.Store
+    store: Any = None,
     **options: Any,
 ) -> None:
     """Re-check the answer with a more faithful evaluator; only a plan it confirms can be written.
@@ -296,6 +296,13 @@ def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None =
         cost_per_hour=r.cost_per_hour,
         evaluator=r.evaluator,
         feasible=r.feasible,
-        tier_shares=(r.extra or {}).get("tier_shares") or (t.result.extra or {}).get("tier_shares"),
+        tier_shares=_held_out_shares(r) or _held_out_shares(t.result),
     )
     return plan.model_copy(update={"predicted": pred, "objective": out.objective.label})
+
+
+def _held_out_shares(r: EvalResult) -> list[float] | None:
+    """The quality model's per-tier shares on its held-out prompts (exact evaluators; a live result measures
+    its own shares, keyed by tier, which are not a prediction)."""
+    shares = (r.extra or {}).get("tier_shares")
+    return [float(v) for v in shares] if isinstance(shares, list) else None

@@ -58,6 +58,7 @@ class _Override(BaseModel):
     bandwidth: float | None = Field(None, gt=0, le=1)
     link: float | None = Field(None, gt=0, le=1)
     step_overhead_ms: float | None = Field(None, ge=0)
+    gemm_half_tokens: float | None = Field(None, ge=0)
 
 
 class _CalibrationFile(BaseModel):

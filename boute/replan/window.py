@@ -115,7 +115,9 @@ class Window:
         }
 
 
-def _weighted_sample(parts: Sequence[tuple[list[float] | list[int], int]], k: int, rng: np.random.Generator) -> np.ndarray:
+def _weighted_sample(
+    parts: Sequence[tuple[list[float] | list[int], int]], k: int, rng: np.random.Generator
+) -> np.ndarray:
     """Draw ``k`` values from per-interval samples, each interval in proportion to its request count."""
     parts = [(np.asarray(v, dtype=float), n) for v, n in parts if len(v) and n > 0]
     if not parts:

@@ -87,6 +87,8 @@ class Lengths(_Frozen):
     max_input: PositiveInt = 8192
     max_output: PositiveInt = 4096
     scale: PositiveFloat = Field(1.0, description="multiply all lengths (sensitivity studies)")
+    input_scale: PositiveFloat = Field(1.0, description="multiply prompt lengths (a re-plan's observed shift)")
+    output_scale: PositiveFloat = Field(1.0, description="multiply answer lengths (a re-plan's observed shift)")
 
 
 class Workload(_Frozen):

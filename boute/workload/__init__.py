@@ -66,8 +66,10 @@ def _lengths(
         s = spec.sigma
         inp = rng.lognormal(np.log(spec.input_tokens) - s * s / 2, s, n)
         out = rng.lognormal(np.log(spec.output_tokens) - s * s / 2, s, n)
-    inp = np.clip(np.rint(np.asarray(inp, dtype=float) * spec.scale), 1, spec.max_input).astype(np.int64)
-    out = np.clip(np.rint(np.asarray(out, dtype=float) * spec.scale), 1, spec.max_output).astype(np.int64)
+    inp = np.asarray(inp, dtype=float) * (spec.scale * spec.input_scale)
+    out = np.asarray(out, dtype=float) * (spec.scale * spec.output_scale)
+    inp = np.clip(np.rint(inp), 1, spec.max_input).astype(np.int64)
+    out = np.clip(np.rint(out), 1, spec.max_output).astype(np.int64)
     return inp, out, pidx
 
 
