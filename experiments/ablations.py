@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from boute.optimize.mobo import MoboStrategy
+from boute.optimize.mobo_gp import logit
+from boute.optimize.result import figures
 from experiments.common import (
     Context,
     Evaluators,
@@ -48,11 +50,6 @@ GAP = 0.10  # 'reached the best': within 10% of the best feasible P95 any run fo
 PENALTY = 10.0
 
 
-def _logit(q: np.ndarray) -> np.ndarray:
-    q = np.clip(q, 1e-4, 1 - 1e-4)
-    return np.log(q / (1 - q))
-
-
 class GPQualityMobo(MoboStrategy):
     """MOBO without the exact quality function: quality is learned by a GP like latency."""
 
@@ -64,10 +61,11 @@ class ScalarisedBO(MoboStrategy):
     """Single-objective BO on a penalised scalar (same GP fit, initial design and plan pool as BOute)."""
 
     def ask(self, trials: Sequence[Any]) -> np.ndarray:
+        x0 = self._design.ask(trials)  # BOute's initial design, ended by BOute's rule
+        if x0 is not None:
+            return x0
         n = len(trials)
         ok = [t for t in trials if t.ok]
-        if n < self.n_init or len(ok) < 3:
-            return self._sobol_point(n)
         import torch
         from botorch.acquisition.analytic import LogExpectedImprovement
 
@@ -77,10 +75,9 @@ class ScalarisedBO(MoboStrategy):
         torch.manual_seed(self.seed * 100003 + n)
         rng = np.random.default_rng([self.seed, n, 11])
         tg = self.space.scenario.targets
-        q = np.array([t.result.quality for t in ok])
-        p = np.array([t.result.p95_latency_s for t in ok])
-        lf = float(_logit(np.array([max(tg.quality_floor, 1e-4)]))[0])
-        s = -np.log(np.clip(p, 1e-6, self.clip_factor * tg.p95_latency_s)) - PENALTY * np.maximum(0.0, lf - _logit(q))
+        _, q, p, _ = figures(ok)
+        lf = float(logit(np.array([max(tg.quality_floor, 1e-4)]))[0])
+        s = -np.log(np.clip(p, 1e-6, self.clip_factor * tg.p95_latency_s)) - PENALTY * np.maximum(0.0, lf - logit(q))
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
         gp = self._fit(X, torch.tensor(s, dtype=torch.double).unsqueeze(-1), n - self.n_init)
         centres = [np.asarray(ok[int(i)].z, dtype=float) for i in np.argsort(-s)[:3]]

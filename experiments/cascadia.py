@@ -86,62 +86,29 @@ def latency_table(evs: Evaluators) -> list[Entry]:
 
 def solve_deployment(evs: Evaluators, table: list[Entry], loads: np.ndarray) -> tuple[Any, ...] | None:
     """The MILP: replica groups serving ``loads`` (req/s per tier) within inventory and budget, or None."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
-    from boute.specs import ReplicaGroup
-
-    sc = evs.scenario
     items = [e for e in table if loads[e.tier] > 1e-9]
     if not items:
         return None
     total = float(loads.sum())
-    c = np.array([e.rate_rps * e.p95_s / total + 1e-4 * e.price for e in items])
-    rows, lo, hi = [], [], []
-    for g, inv in sc.cluster.gpus.items():
-        rows.append([e.gpus if e.gpu == g else 0 for e in items])
-        lo.append(-np.inf)
-        hi.append(inv)
-    rows.append([e.price for e in items])
-    lo.append(-np.inf)
-    hi.append(sc.cluster.budget_per_hour + 1e-9)
-    for ti, load in enumerate(loads):
-        if load > 1e-9:
-            rows.append([e.rate_rps if e.tier == ti else 0.0 for e in items])
-            lo.append(float(load))
-            hi.append(np.inf)
-    ub = np.array([sc.cluster.gpus[e.gpu] // e.gpus for e in items], dtype=float)
-    res = milp(
-        c,
-        constraints=LinearConstraint(np.array(rows, dtype=float), lo, hi),
-        integrality=np.ones(len(items)),
-        bounds=Bounds(np.zeros(len(items)), ub),
-        options={"time_limit": 10.0},
-    )
-    if res.x is None or not res.success:
-        return None
-    counts: dict[tuple[int, str, int, int], int] = {}
-    for e, n in zip(items, np.rint(res.x).astype(int), strict=True):
-        if n > 0:
-            k = (e.tier, e.gpu, e.tp, e.pp)
-            counts[k] = counts.get(k, 0) + int(n)
-    tiers = sc.tiers
-    return tuple(
-        ReplicaGroup(tier=tiers[t].name, model=tiers[t].model, gpu=g, count=n, tp=tp, pp=pp, dtype=tiers[t].dtype)
-        for (t, g, tp, pp), n in sorted(counts.items())
-    )
+    return _solve(evs.scenario, items, loads, np.array([e.rate_rps * e.p95_s / total + 1e-4 * e.price for e in items]))
 
 
 def solve_min_cost(evs: Evaluators, table: list[Entry], loads: np.ndarray, p95_limit: float) -> tuple[Any, ...] | None:
     """Cascadia's MILP in cost mode: the cheapest replicas serving ``loads`` with every replica run at a
     table level whose P95 is within ``p95_limit`` (inventory and budget as in :func:`solve_deployment`)."""
+    items = [e for e in table if loads[e.tier] > 1e-9 and e.p95_s <= p95_limit]
+    if not items:
+        return None
+    return _solve(evs.scenario, items, loads, np.array([e.price + 1e-6 * e.p95_s for e in items]))
+
+
+def _solve(sc: Any, items: list[Entry], loads: np.ndarray, cost: np.ndarray) -> tuple[Any, ...] | None:
+    """Integer replica counts per table entry minimising ``cost`` (one coefficient per entry) subject to the
+    GPU inventory, the budget and every loaded tier's rate: the constraints both MILP modes share."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     from boute.specs import ReplicaGroup
 
-    sc = evs.scenario
-    items = [e for e in table if loads[e.tier] > 1e-9 and e.p95_s <= p95_limit]
-    if not items:
-        return None
     rows, lo, hi = [], [], []
     for g, inv in sc.cluster.gpus.items():
         rows.append([e.gpus if e.gpu == g else 0 for e in items])
@@ -157,7 +124,7 @@ def solve_min_cost(evs: Evaluators, table: list[Entry], loads: np.ndarray, p95_l
             hi.append(np.inf)
     ub = np.array([sc.cluster.gpus[e.gpu] // e.gpus for e in items], dtype=float)
     res = milp(
-        np.array([e.price + 1e-6 * e.p95_s for e in items]),
+        cost,
         constraints=LinearConstraint(np.array(rows, dtype=float), lo, hi),
         integrality=np.ones(len(items)),
         bounds=Bounds(np.zeros(len(items)), ub),

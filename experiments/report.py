@@ -68,6 +68,12 @@ def _img(results: Path, name: str) -> str:
     return f"![{name}]({name}.png)\n" if (results / f"{name}.png").is_file() else ""
 
 
+def _details(results: Path, name: str) -> list[str]:
+    """An experiment's own markdown (after its title) and its figure, as a section ends with them."""
+    body = _md(results, name)
+    return [*([body] if body else []), _img(results, name)]
+
+
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:+.0%}"
 
@@ -150,10 +156,7 @@ def scaling_section(results: Path) -> list[str]:
         )
         + "\n"
     )
-    body = _md(results, "scaling")
-    if body:
-        out.append(body)
-    out.append(_img(results, "scaling"))
+    out += _details(results, "scaling")
     return out
 
 
@@ -177,10 +180,7 @@ def ablation_section(results: Path) -> list[str]:
         "performance database (simulator in the loop) a search takes 12-30+ min.\n"
     )
     out.append(table(["variant", "evals to best (median)", "x BOute's", "wall s / eval", "wall s / run"], rows) + "\n")
-    body = _md(results, "ablations")
-    if body:
-        out.append(body)
-    out.append(_img(results, "ablations"))
+    out += _details(results, "ablations")
     return out
 
 
@@ -189,10 +189,7 @@ def sensitivity_section(results: Path) -> list[str]:
     out = ["## 4. Sensitivity\n"]
     if doc is None:
         return [*out, "Not run yet: `python -m experiments sensitivity`.\n"]
-    body = _md(results, "sensitivity")
-    if body:
-        out.append(body)
-    out.append(_img(results, "sensitivity"))
+    out += _details(results, "sensitivity")
     broke = [r["condition"] for r in doc["rows"] if not r["fixed_meets"]]
     fixed = [r["condition"] for r in doc["rows"] if not r["fixed_meets"] and r.get("reopt_meets")]
     out.append(

@@ -7,7 +7,8 @@ from router.config import Settings
 __all__ = ["Settings", "create_app"]
 
 
-def create_app(*args, **kwargs) -> Any:  # noqa: ANN002, ANN003 - thin lazy re-export (keeps `import router` light)
+def create_app(*args: Any, **kwargs: Any) -> Any:
+    """:func:`router.app.create_app`, imported on first call: ``import router`` stays light (no FastAPI)."""
     from router.app import create_app as _create
 
     return _create(*args, **kwargs)

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from boute.catalog import Catalog, builtin_catalog
 from boute.serving import BackendSpec
@@ -28,6 +28,12 @@ log = logging.getLogger("boute.router.balancer")
 
 #: reference request for capacity weights (GSM8K-like: short prompt, medium answer)
 REF_INPUT, REF_OUTPUT, REF_BATCH = 256, 256, 64
+
+
+class StatusClient(Protocol):
+    """What the health checks need of the gateway's upstream pool (:class:`router.upstream.Pool`)."""
+
+    async def get_status(self, url: str, path: str, timeout: float) -> int: ...
 
 
 def replica_capacity(catalog: Catalog, model: str, gpu: str, tp: int, pp: int, dtype: str) -> float | None:
@@ -198,7 +204,7 @@ class Balancer:
             self.trip(r, ttl)
 
     # ---- active health checks -----------------------------------------------------------------
-    async def check_all(self, client: object) -> None:
+    async def check_all(self, client: StatusClient) -> None:
         reps = list(self.by_id.values())
         results = await asyncio.gather(*(self._check(client, r) for r in reps))
         for r, ok in zip(reps, results, strict=True):
@@ -206,14 +212,14 @@ class Balancer:
                 log.info("replica %s is now %s", r.id, "healthy" if ok else "unhealthy")
             r.healthy = ok
 
-    async def _check(self, client: object, r: Replica) -> bool:
+    async def _check(self, client: StatusClient, r: Replica) -> bool:
         """``GET /health`` through the gateway's upstream pool (:class:`router.upstream.Pool`)."""
         try:
-            return await client.get_status(r.url, "/health", self.settings.health_timeout_s) == 200  # type: ignore[attr-defined]
+            return await client.get_status(r.url, "/health", self.settings.health_timeout_s) == 200
         except Exception:
             return False
 
-    async def health_loop(self, client: object) -> None:
+    async def health_loop(self, client: StatusClient) -> None:
         while True:
             await asyncio.sleep(self.settings.health_interval_s)
             try:

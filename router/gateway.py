@@ -31,6 +31,7 @@ from router.openai_io import (
     BadRequest,
     completion_as_sse,
     error_body,
+    error_type,
     parse_request,
     response_text,
 )
@@ -116,8 +117,7 @@ class Reply:
         headers: dict[str, str] | None = None,
     ) -> Reply:
         """OpenAI's error shape (as :func:`router.openai_io.error_response`)."""
-        kind = kind or ("invalid_request_error" if status < 500 else "server_error")
-        return cls(status, error_body(message, kind, param, code), headers)
+        return cls(status, error_body(message, error_type(status, kind), param, code), headers)
 
     def response(self) -> Response:
         """As a Starlette response (the ASGI path)."""

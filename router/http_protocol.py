@@ -156,9 +156,13 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     gateway: Gateway | None = None  # set on the subclass by gateway_protocol()
 
+    # The ignores below plug duck types into uvicorn's typed internals: uvicorn annotates its transport, its
+    # cycle and its pipeline with the concrete classes it creates itself, but only uses the attributes
+    # CoalescingTransport and FastRequest provide. connection_made's override ignore is uvicorn's own (it
+    # narrows asyncio's BaseTransport to Transport, as every stream protocol does).
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.fast: FastRequest | None = None  # the fast request being answered on this connection
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]  # duck type
 
     def connection_lost(self, exc: Exception | None) -> None:
         fast = self.fast
@@ -192,12 +196,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                     req.oversize = True
                 break
         existing = self.cycle
-        self.cycle = req  # type: ignore[assignment]
+        self.cycle = req  # type: ignore[assignment]  # FastRequest stands in for uvicorn's cycle (class doc)
         if existing is None or existing.response_complete:
             self._start_asgi_task(req, None)
         else:  # pipelined behind a request still being answered: uvicorn starts it when that one is done
             self.flow.pause_reading()
-            self.pipeline.appendleft((req, None))  # type: ignore[arg-type]
+            self.pipeline.appendleft((req, None))  # type: ignore[arg-type]  # FastRequest as a cycle, no ASGI app
 
     def on_body(self, body: bytes) -> None:
         req = self.cycle

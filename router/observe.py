@@ -16,12 +16,9 @@ import socket
 import time
 from typing import Any
 
-from boute.replan.window import Reservoir, Snapshot, TierStats, group_key
+from boute.replan.window import KEEP, Reservoir, Snapshot, TierStats, group_key
 
 log = logging.getLogger("boute.router.observe")
-
-#: snapshots kept in Redis (per prefix, all instances): an hour of 5 s intervals from a few instances
-KEEP = 4096
 
 
 class Observer:

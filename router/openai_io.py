@@ -22,11 +22,16 @@ class BadRequest(Exception):
     ) -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.code = message, status, param, code
-        self.kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+        self.kind = error_type(status, kind)
 
 
 def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def error_type(status: int, kind: str | None = None) -> str:
+    """OpenAI's error ``type``: ``kind`` when given, else by status (the client's fault below 500)."""
+    return kind or ("invalid_request_error" if status < 500 else "server_error")
 
 
 def error_response(
@@ -37,8 +42,8 @@ def error_response(
     code: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response:
-    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
-    return Response(error_body(message, kind, param, code), status, headers, media_type="application/json")
+    body = error_body(message, error_type(status, kind), param, code)
+    return Response(body, status, headers, media_type="application/json")
 
 
 def _text_of(content: Any, where: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -143,7 +144,8 @@ class Connection(asyncio.Protocol):
 
     # ---- asyncio protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # asyncio types every protocol's transport as BaseTransport; a stream connection's is a Transport
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         parser = self.parser

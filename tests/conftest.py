@@ -1,11 +1,17 @@
-"""Shared fixtures: real Redis and PostgreSQL (as the machine runs them), the built-in scenario."""
+"""Shared fixtures: real Redis and PostgreSQL (as the machine runs them), the built-in scenario, emulated
+replicas behind gateways."""
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.stack import Stack
 
 
 def _answers(host: str, port: int) -> bool:
@@ -40,3 +46,29 @@ def scenario():
     from boute.specs import load_scenario
 
     return load_scenario(None)
+
+
+@pytest.fixture(scope="session")
+def poisson_scenario():
+    """The built-in scenario with Poisson arrivals instead of the trace's: what the simulator and the fast path
+    are compared on. Scenarios are frozen, so one serves the whole session."""
+    from boute.specs import load_scenario
+
+    s = load_scenario(None)
+    w = s.workload
+    return s.model_copy(
+        update={"workload": w.model_copy(update={"arrivals": w.arrivals.model_copy(update={"kind": "poisson"})})}
+    )
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    """TEST_PLAN's emulated replicas (speedup 50), for one test module to put its own gateways in front of.
+    Per module, not per session: some modules kill replicas, and gateways left running would keep polling."""
+    from tests.stack import Stack
+
+    st = Stack.start(speedup=50)
+    try:
+        yield st
+    finally:
+        st.stop()

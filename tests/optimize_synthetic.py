@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult
-from boute.optimize.space import Candidate, _catalog
-from boute.perf import replica_perf
+from boute.optimize.space import Candidate
+from boute.perf import replica_perf, scenario_catalog
 from boute.quality.policy import PolicyResult
 from boute.specs import Scenario
 
@@ -67,7 +67,7 @@ class SyntheticEvaluator:
         t0 = time.perf_counter()
         if self.delay_s:
             time.sleep(self.delay_s)
-        cat = _catalog(self.scenario)
+        cat = scenario_catalog(self.scenario)
         rate = self.scenario.workload.rate_rps * self.load
         p95 = 0.0
         cap_total = 0.0

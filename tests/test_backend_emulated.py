@@ -17,6 +17,8 @@ from boute.catalog import builtin_catalog
 from boute.data import data_path
 from boute.perf import replica_perf
 
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
+
 COLUMN = "gpt-4-1106-preview"
 
 
@@ -25,27 +27,41 @@ def _perf():
     return replica_perf(cat.model("llama-3.1-8b"), cat.gpu("rtx-4090"))
 
 
-async def _run_batch(n: int, tokens: int, speedup: float) -> float:
-    eng = Engine(_perf(), speedup=speedup)
+class _Metered(Engine):
+    """The engine with the modelled seconds of its iterations summed up: the tests assert the schedule the
+    engine keeps, not the wall clock (which a busy machine stretches); the real-time pacing of that schedule
+    is what ``make bench`` measures (bench_gateway runs the emulated replica at speedup 1)."""
+
+    modelled_s = 0.0
+
+    def iteration_time(self, admitted: list, decoding: list) -> float:
+        t = super().iteration_time(admitted, decoding)
+        self.modelled_s += t
+        return t
+
+
+async def _run_batch(n: int, tokens: int) -> _Metered:
+    eng = _Metered(_perf(), speedup=1e6)  # the modelled schedule, without waiting it out
     eng.start()
-    t0 = time.perf_counter()
     seqs = [eng.submit(["tok "] * tokens, 200, stream=False) for _ in range(n)]
     await asyncio.gather(*(s.done for s in seqs))
     await eng.stop()
     assert all(s.emitted == tokens for s in seqs)
-    return time.perf_counter() - t0
+    return eng
 
 
 async def test_engine_slows_down_under_concurrency_but_batches() -> None:
     perf = _perf()
-    one = await _run_batch(1, 64, speedup=10)
-    many = await _run_batch(96, 64, speedup=10)
-    model_one = (float(perf.prefill_time(200)) + 63 * float(perf.decode_step_time(1, 200))) / 10
-    assert one == pytest.approx(model_one, rel=0.35)
-    # 96 concurrent sequences: each decode step is longer (bigger batch) -> slower per request ...
-    assert many > 1.3 * one
-    # ... but they run together, not one after another
-    assert many < 96 * one / 4
+    one = await _run_batch(1, 64)
+    many = await _run_batch(96, 64)
+    # one prefill iteration (the first token) and 63 decode steps, each timed by the perf model
+    model_one = float(perf.prefill_time(200)) + sum(float(perf.decode_step_time(1, 200 + k)) for k in range(1, 64))
+    assert one.iterations == 64 and one.modelled_s == pytest.approx(model_one, rel=1e-6)
+    # 96 concurrent sequences run together, in as many iterations as one ...
+    assert many.iterations == 64
+    # ... each of them longer (a bigger batch), so every request is slower, but far from 96 x one
+    assert many.modelled_s > 1.3 * one.modelled_s
+    assert many.modelled_s < 96 * one.modelled_s / 4
 
 
 async def test_engine_cancel_frees_the_slot() -> None:
@@ -119,7 +135,7 @@ def test_client_disconnect_cancels_sequence(backend: str) -> None:
         it = s.iter_lines()
         next(it)
         assert httpx.get(backend + "/get_server_info").json()["running"] == 1
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 15  # a bound on the wait, generous for a busy machine
     while httpx.get(backend + "/get_server_info").json()["running"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert httpx.get(backend + "/get_server_info").json()["running"] == 0

@@ -58,6 +58,7 @@ def test_a_bad_value_is_one_line_and_exit_2(
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], err
 
 
+@pytest.mark.timeout(120)  # starts processes
 def test_help_starts_light() -> None:
     """`boute --help` and a command's --help import none of the heavy libraries (measured by what is imported,
     not by a clock: the machine may be busy)."""

@@ -23,6 +23,8 @@ from backends.deploy.registry import Registry
 from boute.specs.plan import Plan
 from tests.deploy_helpers import PLAN_A, PLAN_B, Load, wait_for
 
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
+
 
 @pytest.fixture()
 def registry(redis_url: str):
@@ -72,7 +74,7 @@ def test_rolling_update_under_load_and_restart(tmp_path: Path, registry: Registr
 
 def _boute(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "boute.cli.main", *args], capture_output=True, text=True, env=env, timeout=180
+        [sys.executable, "-m", "boute.cli.main", *args], capture_output=True, text=True, env=env, timeout=100
     )
 
 

@@ -20,6 +20,8 @@ from backends.deploy.registry import Registry
 from boute.specs.plan import Plan
 from tests.deploy_helpers import PLAN_A, PLAN_B, Load, wait_for
 
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
+
 HEAD = {"gpu_h100-sxm": 8, "gpu_rtx-pro-6000": 4}
 WORKER = {"gpu_rtx-4090": 8, "gpu_rtx-5090": 4}
 
@@ -46,6 +48,7 @@ def cluster():
     c.shutdown()
 
 
+@pytest.mark.slow  # a two-node Ray cluster starts (~15 s) and a rolling update runs on it (~25 s in all)
 def test_ray_fleet(cluster, tmp_path: Path, redis_url: str) -> None:
     import ray
 

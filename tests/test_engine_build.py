@@ -5,6 +5,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from backends.llamacpp.build import cpu_flags, feature_sets, probe_engine
 
 SAPPHIRE_RAPIDS = (
@@ -32,6 +34,7 @@ def test_cpu_without_avx512_or_avx2() -> None:
     assert [s.key for s in feature_sets(frozenset(), machine="aarch64")] == ["generic"]
 
 
+@pytest.mark.timeout(120)  # starts processes
 def test_probe_reports_a_crash_of_the_engine(tmp_path: Path) -> None:
     """A child killed by a signal (what a bad instruction or AMX's fault does) is reported, not raised."""
     crashing = tmp_path / "python"

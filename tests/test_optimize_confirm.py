@@ -18,6 +18,7 @@ import pytest
 from boute.optimize.confirm import CONFIRM_SEARCH, CONFIRMED
 from boute.optimize.session import confirm, optimize
 from boute.specs import load_scenario
+from tests.cli import run_cli
 from tests.optimize_synthetic import SkewedEvaluator
 
 PREFILL = Path(__file__).parent / "scenarios" / "prefill-heavy.yaml"
@@ -96,24 +97,11 @@ def skewed_registry():
         EVALUATORS._entries.pop(name, None)
 
 
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from boute.cli.main import main
-
-    capsys.readouterr()
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_exits_2_and_writes_nothing_when_the_confirmation_rejects_every_plan(
     skewed_registry: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = tmp_path / "plan.json"
-    code, _, err = _cli(
+    code, _, err = run_cli(
         [
             "optimize",
             "--evaluator",
@@ -148,7 +136,7 @@ def test_prefill_heavy_scenario_writes_only_a_confirmed_plan(
     """The issue's scenario, real fast path and simulator: exit 0 with a plan the simulator confirms under the
     cap, or exit 2 naming the closest plan; never a written plan that misses the targets."""
     plan = tmp_path / "plan.json"
-    code, out, err = _cli(
+    code, out, err = run_cli(
         [
             "optimize",
             "--scenario",
@@ -176,6 +164,7 @@ def test_prefill_heavy_scenario_writes_only_a_confirmed_plan(
         assert "closest" in err.strip().splitlines()[-1] and not plan.exists()
 
 
+@pytest.mark.slow  # a search, then a continued search with the simulator as confirming evaluator (~15-25 s)
 def test_the_continued_search_learns_the_search_evaluators_error(scenario) -> None:
     """With the search evaluator as the prior, the continued search's GP models only the confirming
     evaluator's discrepancy from it (here a constant factor of 5 in P95), so it lands on a plan that passes

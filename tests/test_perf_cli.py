@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
+
 BOUTE = [sys.executable, "-m", "boute.cli.main", "perf"]
 KEYS = {"ttft_ms", "tpot_ms", "output_tokens_per_s", "max_batch", "weights_gb_per_gpu", "kv_capacity_tokens",
         "fits", "reason"}  # fmt: skip

@@ -59,6 +59,7 @@ def test_worst_rows_come_with_a_reason() -> None:
         assert all(w["why"] and w["source"] for w in REPORT[split]["worst_rows"])
 
 
+@pytest.mark.timeout(120)  # starts processes
 def test_cli_prints_the_stored_report() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "boute.cli.main", "perf", "validate", "--stored", "--json"],

@@ -97,6 +97,7 @@ def test_a_plan_without_its_bundle_or_with_a_changed_file_is_refused(tmp_path: P
         open_plan(out)
 
 
+@pytest.mark.timeout(120)  # starts processes
 @pytest.mark.parametrize(
     ("routing", "message"),
     [
@@ -170,7 +171,7 @@ def test_a_scenario_defined_gpu_deploys_and_serves_from_a_moved_plan(tmp_path: P
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(180)  # `deploy up` may wait its own --timeout 120 for the replicas, then `deploy down` runs
 def test_a_learned_plan_on_own_hardware_deploys_and_its_gateway_gets_the_router_over_redis(
     tmp_path: Path, redis_url: str
 ) -> None:

@@ -23,7 +23,10 @@ from boute.cli.main import main as cli_main
 from boute.errors import BouteError
 from boute.perf.calibration import apply_calibration, load_calibration
 from boute.tracking import open_store
+from tests.cli import run_cli
 from tests.services import free_port
+
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
 UNREACHABLE_DB = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1"
 
@@ -41,14 +44,6 @@ def emulated(tmp_path_factory: pytest.TempPathFactory) -> str:
         sup.start(spec)
         sup.wait_ready(timeout_s=60)
         yield f"http://127.0.0.1:{port}"
-
-
-def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """Run ``boute ARGV`` in-process: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as ex:
-        cli_main(argv)
-    cap = capsys.readouterr()
-    return int(ex.value.code or 0), cap.out, cap.err
 
 
 def test_sweep_measures_streamed_ttft_and_tpot(emulated: str) -> None:
@@ -83,7 +78,7 @@ def test_cli_profile_perf_writes_calibration_and_results(emulated: str, tmp_path
     out = tmp_path / "cal.yaml"
     out.write_text(yaml.safe_dump({"gpus": {"h100-sxm": {"compute": 0.5}}}))  # other GPUs must survive
     db = f"sqlite:///{tmp_path / 'track.db'}"
-    code, stdout, _ = _cli(
+    code, stdout, _ = run_cli(
         [
             "profile", "perf", "--endpoint", emulated + "/v1", "--model", "llama-3.2-1b", "--served-model", "small",
             "--gpu", "rtx-4090", "--concurrency", "1,2", "--input", "128,512", "--output", "16",
@@ -129,19 +124,19 @@ def test_cli_profile_perf_writes_calibration_and_results(emulated: str, tmp_path
         assert (row["completed"], row["failed"], row["errors"]) == (2, 0, [])
 
     # `boute profile runs` lists it (filtered by GPU), `boute profile show` prints it with its points
-    code, stdout, _ = _cli(["profile", "runs", "--db", db, "--json"], capsys)
+    code, stdout, _ = run_cli(["profile", "runs", "--db", db, "--json"], capsys)
     listed = json.loads(stdout)
     assert code == 0 and [r["id"] for r in listed] == [run_id] and listed[0]["points"] == 4
-    code, stdout, _ = _cli(["profile", "runs", "--db", db, "--gpu", "h100-sxm", "--json"], capsys)
+    code, stdout, _ = run_cli(["profile", "runs", "--db", db, "--gpu", "h100-sxm", "--json"], capsys)
     assert code == 0 and json.loads(stdout) == []
-    code, stdout, _ = _cli(["profile", "show", str(run_id), "--db", db, "--json"], capsys)
+    code, stdout, _ = run_cli(["profile", "show", str(run_id), "--db", db, "--json"], capsys)
     shown = json.loads(stdout)
     assert code == 0 and shown["id"] == run_id and shown["gpu"] == "rtx-4090"
     assert [p["ttft_ms_mean"] for p in shown["points"]] == [r["ttft_ms_mean"] for r in rows]
     monkeypatch.setenv("COLUMNS", "200")  # Rich tables: wide enough not to wrap cells
-    code, stdout, _ = _cli(["profile", "runs", "--db", db], capsys)
+    code, stdout, _ = run_cli(["profile", "runs", "--db", db], capsys)
     assert code == 0 and "rtx-4090" in stdout and "llama-3.2-1b" in stdout
-    code, stdout, _ = _cli(["profile", "show", str(run_id), "--db", db], capsys)
+    code, stdout, _ = run_cli(["profile", "show", str(run_id), "--db", db], capsys)
     assert code == 0 and f"profile run {run_id}" in stdout and "TTFT ms" in stdout
     assert f"{rows[0]['ttft_ms_mean']:,.2f}" in stdout
 
@@ -160,11 +155,11 @@ def test_profile_show_and_runs_errors_are_one_line(tmp_path: Path, capsys) -> No
             "--db: cannot open tracking database",
         ),
     ):
-        code, out, err = _cli(argv, capsys)
+        code, out, err = run_cli(argv, capsys)
         assert code == 2 and out == "", argv
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
         assert "Traceback" not in err
-    code, out, _ = _cli(["profile", "runs", "--db", db, "--json"], capsys)
+    code, out, _ = run_cli(["profile", "runs", "--db", db, "--json"], capsys)
     assert code == 0 and json.loads(out) == []
     assert not (tmp_path / "cal.yaml").exists()
 

@@ -30,6 +30,8 @@ from boute.errors import BouteError, SpecError
 from boute.quality.profiles import load_profile
 from tests.services import free_port
 
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
+
 WEAK, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 
 

@@ -6,7 +6,6 @@ embeds the 1,319 GSM8K prompts once (a few minutes on two busy cores), later run
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -111,17 +110,15 @@ def test_policy_shapes_and_extra_work() -> None:
         qm.preroute([0.5, 0.5])
 
 
-def test_policy_evaluation_is_fast() -> None:
+def test_policy_evaluation_is_repeatable_on_10k_queries() -> None:
+    """A search evaluates thousands of policies on the held-out queries (how fast, well under 1 ms each, is
+    measured by ``make bench``, bench_quality): each evaluation is a pure function of the fractions."""
     qm = _synthetic(n=30_000, tiers=2)  # 10k held-out queries
     assert qm.n_test == 10_000
     f = np.array([0.6, 0.4])
-    qm.preroute(f), qm.cascade(f)
     for fn in (qm.preroute, qm.cascade):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            fn(f)
-        per = (time.perf_counter() - t0) / 200
-        assert per < 1e-3, f"{fn.__name__}: {per * 1e6:.0f} us per policy"
+        a, b = fn(f), fn(f.tolist())
+        assert a.quality == b.quality and np.array_equal(a.shares, b.shares), fn.__name__
 
 
 def test_assign_follows_fractions(gsm8k_qm: QualityModel) -> None:

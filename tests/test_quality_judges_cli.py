@@ -14,6 +14,7 @@ import pytest
 
 from boute.errors import SpecError
 from boute.quality import LLMJudge, parse_rating, quality_model_for
+from tests.cli import run_cli
 
 
 class _Judge(BaseHTTPRequestHandler):
@@ -78,24 +79,19 @@ async def test_llm_judge_over_http(judge_url: str) -> None:
 async def test_llm_judge_timeout_and_unreachable_escalate(judge_url: str) -> None:
     _Judge.delay = 1.0
     j = LLMJudge(judge_url, "m", timeout=0.2)
-    t0 = time.perf_counter()
-    assert await j.ajudge("q", "a") == 0.0
-    assert time.perf_counter() - t0 < 0.9 and "Timeout" in (j.last_error or "")
+    assert await j.ajudge("q", "a") == 0.0  # the judge answers after 1 s: the 0.2 s timeout gave up first
+    assert "Timeout" in (j.last_error or "")
     dead = LLMJudge("http://127.0.0.1:9/v1", "m", timeout=0.5)
     assert await dead.ajudge("q", "a") == 0.0
 
 
 def test_quality_model_for_builtin_scenario(scenario) -> None:
-    t0 = time.perf_counter()
     qm = quality_model_for(scenario)
     assert qm.tiers == ("small", "large")
     assert qm.tier_quality[0] < qm.tier_quality[1]
-    t1 = time.perf_counter()
-    assert quality_model_for(scenario) is qm  # memoised
-    assert time.perf_counter() - t1 < 0.05
+    assert quality_model_for(scenario) is qm  # memoised: built once per process
     r = qm.preroute([0.5, 0.5])
     assert qm.tier_quality[0] < r.quality < 1.0
-    assert t1 - t0 < 120  # embeddings come from the disk cache after the first run on a machine
 
 
 def test_quality_model_for_unknown_model(scenario, tmp_path: Path) -> None:
@@ -108,31 +104,24 @@ def test_quality_model_for_unknown_model(scenario, tmp_path: Path) -> None:
         quality_model_for(bad)
 
 
-def _run(args: list[str]) -> int:
-    from boute.cli.main import main
-
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def test_router_cli_train_and_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "router.npz"
-    assert _run(["router", "train", "--profile", "builtin:gsm8k", "--out", str(out), "--seed", "1"]) == 0
+    assert run_cli(["router", "train", "--profile", "builtin:gsm8k", "--out", str(out), "--seed", "1"]).returncode == 0
     train = json.loads(capsys.readouterr().out)
     assert train["tiers"] == ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]  # by measured quality
     assert out.exists() and (tmp_path / "router.npz.json").exists()
-    assert _run(["router", "eval", "--profile", "builtin:gsm8k", "--router", str(out), "--json"]) == 0
+    assert run_cli(["router", "eval", "--profile", "builtin:gsm8k", "--router", str(out), "--json"]).returncode == 0
     ev = json.loads(capsys.readouterr().out)
     assert set(ev) >= {"apgr", "cpt50", "cpt80", "curve", "at_large_share"}
     assert ev["n_test"] == train["n_test"]
     assert ev["curve"][0]["large_share"] == 0 and ev["curve"][-1]["large_share"] == 1
     assert ev["curve"][0]["router"] == pytest.approx(ev["quality_small"], abs=1e-4)
-    assert _run(["router", "eval", "--profile", "builtin:gsm8k", "--router", str(tmp_path / "nope.npz")]) == 2
+    assert (
+        run_cli(["router", "eval", "--profile", "builtin:gsm8k", "--router", str(tmp_path / "nope.npz")]).returncode
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nope.npz" in err and err.count("\n") == 1
     bad_tiers = ["--tiers", "gpt-4-1106-preview,x"]
-    assert _run(["router", "train", "--profile", "builtin:gsm8k", "--out", str(out), *bad_tiers]) == 2
+    assert run_cli(["router", "train", "--profile", "builtin:gsm8k", "--out", str(out), *bad_tiers]).returncode == 2
     assert "'x' is not a model" in capsys.readouterr().err

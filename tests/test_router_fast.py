@@ -21,6 +21,7 @@ from boute.quality.build import build_quality_model
 from boute.quality.metrics import evaluate
 from boute.quality.router import ROUTER_FORMAT, train_router
 from boute.quality.static_embed import StaticEmbedder, load_static
+from tests.cli import run_cli
 
 MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 GPT4 = "gpt-4-1106-preview"
@@ -66,6 +67,7 @@ def test_static_router_files_and_hashes(saved: Path) -> None:
     np.testing.assert_array_equal(load_router(dest / "router.npz").score(prompts), r.score(prompts))
 
 
+@pytest.mark.timeout(120)  # starts processes
 def test_static_router_loads_and_scores_without_torch(saved: Path, gsm8k) -> None:
     prompts = list(gsm8k.prompts[:20]) + ODD
     code = (
@@ -190,20 +192,10 @@ def test_static_router_apgr_on_held_out(saved: Path, gsm8k) -> None:
     assert load_router(saved).metadata["test_auc"] > 0.55
 
 
-def _run(args: list[str]) -> int:
-    from boute.cli.main import main
-
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def test_cli_trains_static_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str], static) -> None:
     out = tmp_path / "mt.npz"
     args = ["router", "train", "--profile", "builtin:mt-bench", "--out", str(out), "--test-fraction", "0.5"]
-    assert _run(args) == 0
+    assert run_cli(args).returncode == 0
     train = json.loads(capsys.readouterr().out)
     assert train["embedder"] == "static" and train["n_test"] == 80
     assert [Path(f).name for f in train["files"]] == [
@@ -212,10 +204,10 @@ def test_cli_trains_static_by_default(tmp_path: Path, capsys: pytest.CaptureFixt
         "mt.npz.static.npy",
         "mt.npz.tokenizer.json",
     ]
-    assert _run(["router", "eval", "--profile", "builtin:mt-bench", "--router", str(out), "--json"]) == 0
+    assert run_cli(["router", "eval", "--profile", "builtin:mt-bench", "--router", str(out), "--json"]).returncode == 0
     ev = json.loads(capsys.readouterr().out)
     assert ev["n_test"] == 80 and 0.0 < ev["apgr"] < 1.2
-    assert _run([*args, "--embedder", "bert"]) == 2
+    assert run_cli([*args, "--embedder", "bert"]).returncode == 2
     err = capsys.readouterr().err
     assert "--embedder" in err and "static, minilm" in err and err.count("\n") == 1
 

@@ -7,10 +7,13 @@ plugin, which does not load under this pytest version.
 from __future__ import annotations
 
 import hypothesis
+import pytest
 import schemathesis
 from hypothesis import strategies as st
 
 from tests.stack import Stack
+
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
 EXAMPLES_PER_OPERATION = 8
 

@@ -10,9 +10,12 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from backends.emulated.launch import free_port, wait_http
 from tests.stack import TEST_PLAN
+
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
 
 def test_serve_emulate_ready_then_ctrl_c_stops_everything(tmp_path: Path) -> None:

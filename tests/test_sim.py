@@ -10,17 +10,13 @@ from boute.perf import replica_perf
 from boute.sim import simulate
 from boute.sim.capacity import Lengths, capacity_rps
 from boute.sim.timing import build_timing
-from boute.specs import Plan, load_scenario
+from boute.specs import Plan
 from boute.workload import Workload, build_workload
 
 
 @pytest.fixture(scope="module")
-def sc():  # type: ignore[no-untyped-def]
-    s = load_scenario(None)
-    w = s.workload
-    return s.model_copy(
-        update={"workload": w.model_copy(update={"arrivals": w.arrivals.model_copy(update={"kind": "poisson"})})}
-    )
+def sc(poisson_scenario):  # type: ignore[no-untyped-def]
+    return poisson_scenario
 
 
 def _plan(groups: list[dict], tiers=("small",), fractions=(1.0,), mode="preroute") -> Plan:  # type: ignore[no-untyped-def]

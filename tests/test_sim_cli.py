@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from boute.cli.main import main
+from tests.cli import run_cli
 
 PLAN = {
     "routing": {"tiers": ["small", "large"], "fractions": [0.6, 0.4], "scorer": "length", "reference": "builtin:gsm8k"},
@@ -28,20 +28,10 @@ workload: {arrivals: {kind: poisson}, rate_rps: 10, duration_s: 10}
 """
 
 
-def _run(args: list[str], capsys) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_simulate_prints_json(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "s.yaml").write_text(SCENARIO)
     (tmp_path / "p.json").write_text(json.dumps(PLAN))
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         [
             "simulate",
             "--scenario",
@@ -98,7 +88,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys, what, edit, expe
     scen = edited if what == "scenario" else SCENARIO
     (tmp_path / "s.yaml").write_text(scen)
     (tmp_path / "p.json").write_text(json.dumps(plan))
-    code, out, err = _run(
+    code, out, err = run_cli(
         ["simulate", "--scenario", str(tmp_path / "s.yaml"), "--plan", str(tmp_path / "p.json"), "--json"], capsys
     )
     assert code == 2 and out == ""
@@ -107,6 +97,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys, what, edit, expe
     assert re.search(expect, lines[0]), lines[0]
 
 
+@pytest.mark.timeout(120)  # starts processes
 def test_demo_command_runs_as_a_process() -> None:
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
@@ -137,17 +128,17 @@ def test_simulate_uses_the_plans_scenario_and_a_calibration_file(tmp_path: Path,
     (tmp_path / "s.yaml").write_text(SCENARIO)
     (tmp_path / "p.json").write_text(json.dumps({**PLAN, "scenario": str(tmp_path / "s.yaml")}))
     args = ["simulate", "--plan", str(tmp_path / "p.json"), "--json", "--seed", "1"]
-    code, out, _ = _run(args, capsys)
+    code, out, _ = run_cli(args, capsys)
     assert code == 0
     base = json.loads(out)
     assert base["scenario"] == "tiny" and base["rate_rps"] == 10
     (tmp_path / "cal.yaml").write_text("gpus:\n  h100-sxm: {compute: 0.2, bandwidth: 0.3}\n")
-    code, out, _ = _run([*args, "--calibration", str(tmp_path / "cal.yaml")], capsys)
+    code, out, _ = run_cli([*args, "--calibration", str(tmp_path / "cal.yaml")], capsys)
     assert code == 0
     slow = json.loads(out)
     assert slow["tiers"]["large"]["p95_latency_s"] > 1.2 * base["tiers"]["large"]["p95_latency_s"]
     (tmp_path / "bad.yaml").write_text("gpus:\n  no-such-gpu: {compute: 0.5}\n")
-    code, out, err = _run([*args, "--calibration", str(tmp_path / "bad.yaml")], capsys)
+    code, out, err = run_cli([*args, "--calibration", str(tmp_path / "bad.yaml")], capsys)
     assert code == 2 and out == "" and "bad.yaml" in err and "no-such-gpu" in err and err.count("\n") == 1
 
 
@@ -160,7 +151,7 @@ def test_optimize_takes_a_calibration_file(tmp_path: Path, capsys) -> None:  # t
     for name, extra in (("base", []), ("cal", ["--calibration", str(tmp_path / "cal.yaml")])):
         args = ["optimize", "-s", "builtin:small-live", "--max-evals", "12", "-q", "--no-confirm"]
         args += ["--db", f"sqlite:///{tmp_path / name}.db", "--out", str(tmp_path / f"{name}.json"), *extra]
-        code, _, err = _run(args, capsys)
+        code, _, err = run_cli(args, capsys)
         assert code == 0, err
         p95[name] = json.loads((tmp_path / f"{name}.json").read_text())["predicted"]["p95_latency_s"]
     assert p95["cal"] > 1.2 * p95["base"], p95

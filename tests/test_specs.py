@@ -126,6 +126,7 @@ def test_bad_plan_names_field(tmp_path: Path, mutate, field: str, reason: str) -
     assert reason in err.value.reason
 
 
+@pytest.mark.timeout(120)  # starts processes
 def test_cli_reports_one_line_and_exit_2(tmp_path: Path) -> None:
     bad = _write(tmp_path, BUILTIN.replace("budget_per_hour: 30", "budget_per_hour: -3"))
     proc = subprocess.run(

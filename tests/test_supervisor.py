@@ -22,6 +22,8 @@ from backends.supervisor import (
 )
 from tests.services import free_port
 
+pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
+
 SERVER = textwrap.dedent(
     """
     import os, signal, sys, time

@@ -19,7 +19,7 @@ def _boute(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(240)  # an optimisation, then two verify runs (40 s and 10 s of traffic at speedup 8) as processes
 def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path) -> None:
     made = tmp_path / "made"
     made.mkdir()

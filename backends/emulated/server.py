@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -42,6 +43,18 @@ async def serve_replicas(configs: list[ReplicaConfig], log_level: str = "warning
         for s in servers[1:]:
             s.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     await asyncio.gather(*(s.serve() for s in servers))
+
+
+#: fault injection for experiments: a file listing GPU types (one per line) whose replicas fail to start,
+#: as replicas on a lost node would; with a SIGKILL of the running ones it emulates losing a GPU type
+DEAD_GPUS_ENV = "BOUTE_EMULATED_DEAD_GPUS"
+
+
+def _lost_gpus() -> set[str]:
+    path = os.environ.get(DEAD_GPUS_ENV)
+    if not path or not Path(path).is_file():
+        return set()
+    return {line.strip() for line in Path(path).read_text().splitlines() if line.strip()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
     else:
         ap.error("give --model and --gpu, or --replicas FILE")
+    lost = _lost_gpus()
+    for c in configs:
+        if c.gpu in lost:  # fault injection: this GPU type is gone, as a crashed node's would be
+            print(f"emulated replica: GPU type '{c.gpu}' is lost ({DEAD_GPUS_ENV})", file=sys.stderr)
+            return 3
     import uvloop
 
     uvloop.run(serve_replicas(configs, a.log_level))

@@ -35,6 +35,7 @@ def _register() -> None:
         optimize_cmd,
         perf_cmd,
         profile_cmd,
+        replan_cmd,
         router_cmd,
         serve_cmd,
         simulate_cmd,
@@ -53,6 +54,7 @@ def _register() -> None:
         serve_cmd,
         verify_cmd,
         deploy_cmd,
+        replan_cmd,
         profile_cmd,
     ):
         module.register(app)
@@ -75,6 +77,12 @@ _register()
 _USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
+def _usage_message(exc: Exception) -> str:
+    """Click's one-line text of a usage error (``format_message`` names the option of a bad value)."""
+    fmt = getattr(exc, "format_message", None)
+    return str(fmt()) if callable(fmt) else str(exc)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app. A user mistake, be it a bad option value (Click's usage errors) or a bad
     file (a BouteError), is one line on stderr and exit code 2, never a traceback or a box of text."""
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo(ctx.get_help())
             sys.exit(0)
         where = f"{ctx.command_path}: " if ctx is not None else ""
-        typer.echo(f"error: {where}{exc.format_message()}", err=True)  # type: ignore[attr-defined]
+        typer.echo(f"error: {where}{_usage_message(exc)}", err=True)
         sys.exit(2)
     except typer.Abort:
         typer.echo("aborted", err=True)

@@ -8,11 +8,20 @@ search whose every plan the confirming evaluator rejects: a plan is only written
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
+
+if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
+    from rich.progress import Progress, TaskID
+
+    from boute.optimize.result import Trial
+    from boute.optimize.session import Outcome
+    from boute.specs import Plan
 
 
 def register(app: typer.Typer) -> None:
@@ -153,18 +162,20 @@ def register(app: typer.Typer) -> None:
             elif confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
                 res.confirmed[res.chosen.index] = res.chosen.result
             _plot(res, plot)
-            if res.final is None:  # the confirming evaluator rejected every plan it checked: write nothing
+            final = res.final
+            if final is None:  # the confirming evaluator rejected every plan it checked: write nothing
                 raise InfeasibleError(res.unconfirmed_message())
             router = router_of(quality_model)
             plan = session.build_plan(sc, res, mode, router)
             # self-contained: the router, the scenario and its files travel with the plan (a bundle beside it)
             write_plan(plan, out, sc, router_files(router) if router else ())
+            assert res.experiment_id is not None  # a search with a store always records its experiment
             store.add_plan(
                 res.experiment_id,
-                res.final.index if res.final else None,
+                final.index,
                 plan.model_dump(mode="json"),
-                res.final.result.to_dict() if res.final and res.final.result else None,
-                res.confirmed[res.final.index].to_dict() if res.final and res.final.index in res.confirmed else None,
+                final.result.to_dict() if final.result else None,
+                res.confirmed[final.index].to_dict() if final.index in res.confirmed else None,
                 str(out),
             )
         finally:
@@ -174,7 +185,7 @@ def register(app: typer.Typer) -> None:
         _summary(res, plan, time.perf_counter() - t0)
 
 
-def _plot(res, path: Path | None) -> None:  # noqa: ANN001 - session.Outcome
+def _plot(res: Outcome, path: Path | None) -> None:
     """The front plot, when asked for: written on every outcome (exit 2 included), the written plan starred."""
     if path is not None:
         from boute.optimize.plot import plot_front
@@ -189,8 +200,8 @@ class _Progress:
         self.quiet = quiet
         self.total = total
         self.objective = objective
-        self._p = None
-        self._task = None
+        self._p: Progress | None = None
+        self._task: TaskID | None = None
         self._best: tuple[float, float] | None = None
         self._done = resumed
         self._screened = 0
@@ -217,9 +228,9 @@ class _Progress:
         if self._p is not None:
             self._p.__exit__(None, None, None)
 
-    def update(self, trial, trials) -> None:  # noqa: ANN001
+    def update(self, trial: Trial, trials: Sequence[Trial]) -> None:
         """One trial finished: evaluated ones advance the bar, screened ones only the count beside it."""
-        if self._p is None:
+        if self._p is None or self._task is None:
             return
         if trial.status == "screened":
             self._screened += 1
@@ -241,7 +252,7 @@ class _Progress:
         self._p.update(self._task, completed=self._done, description=desc)
 
 
-def _summary(out, plan, wall_s: float) -> None:  # noqa: ANN001
+def _summary(out: Outcome, plan: Plan, wall_s: float) -> None:
     p = plan.predicted
     confirming = [t for t in out.confirmations if t.result is not None]
     searched = sum(t.status == "confirm-search" for t in confirming)

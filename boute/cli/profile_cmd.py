@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+    from backends.profile.loadgen import Api
     from backends.profile.quality import Tier
     from boute.catalog import Catalog
 
@@ -29,6 +32,15 @@ _DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.
 def _num(value: float | None, ndigits: int) -> float | None:
     """Rounded, or ``None`` for a figure that could not be measured (NaN): the summary stays valid JSON."""
     return None if value is None or not math.isfinite(value) else round(float(value), ndigits)
+
+
+def _api(value: str) -> Api:
+    """``--api``: the request API of the sweep (a one-line error for anything else)."""
+    if value == "chat":
+        return "chat"
+    if value == "completions":
+        return "completions"
+    raise BouteError(f"--api: expected chat or completions, got '{value}'")
 
 
 def _point_row(index: int, s: Any) -> dict[str, Any]:  # s: loadgen.PointResult -> a profile_points row
@@ -147,8 +159,7 @@ def register(app: typer.Typer) -> None:
         from boute.perf.calibration import apply_calibration, load_calibration
         from boute.tracking import open_store
 
-        if api not in ("chat", "completions"):
-            raise BouteError(f"--api: expected chat or completions, got '{api}'")
+        api_kind = _api(api)
         cat = _catalog(catalog)
         try:
             cat.gpu(gpu)
@@ -172,7 +183,7 @@ def register(app: typer.Typer) -> None:
             points += [LoadPoint(1, in_vals[0], out_vals[0], requests, rate_rps=r) for r in rate_vals]
         store = open_store(db)  # before the sweep: an unreachable DB fails in seconds, not after it
         try:
-            swept = run_sweep(endpoint, served_model or model, points, api=api)  # type: ignore[arg-type]
+            swept = run_sweep(endpoint, served_model or model, points, api=api_kind)
             replica = Replica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
             mps = measured_points(swept, replica, source=f"boute profile perf {endpoint}")
             if not mps:
@@ -256,7 +267,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         table = Table(title="profiling runs" + (f" on {gpu}" if gpu else ""), show_header=True)
-        for col, justify in (
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
             ("id", "right"),
             ("kind", "left"),
             ("gpu", "left"),
@@ -267,8 +278,9 @@ def register(app: typer.Typer) -> None:
             ("err % before -> after", "right"),
             ("status", "left"),
             ("created", "left"),
-        ):
-            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        )
+        for col, justify in columns:
+            table.add_column(col, justify=justify)
         for r in rows:
             cal = r["calibration"] or {}
             err = f"{_fmt(cal.get('median_abs_error_pct_before'))} -> {_fmt(cal.get('median_abs_error_pct_after'))}"

@@ -9,18 +9,22 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:  # annotations only: the quality package loads when a command runs
+    from boute.quality.profiles import QualityProfile
 
 router_app = typer.Typer(help="Train and evaluate the learned router.", no_args_is_help=True)
 
 
-def _tiers(profile: object, tiers: str | None) -> list[str]:
+def _tiers(profile: QualityProfile, tiers: str | None) -> list[str]:
     from boute.errors import SpecError
 
-    models = list(profile.models)  # type: ignore[attr-defined]
+    models = list(profile.models)
     if tiers is None:
-        q = profile.mean_quality()  # type: ignore[attr-defined]
+        q = profile.mean_quality()
         chosen = sorted(models, key=lambda m: q[m])
     else:
         chosen = [t.strip() for t in tiers.split(",") if t.strip()]

@@ -9,13 +9,18 @@ both tiers with equal resources (RouteLLM-style), and MOBO restricted to one GPU
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from boute.optimize.evaluators import OVERLOAD_P95_S
+from boute.optimize.objectives import Objective
 from boute.optimize.result import Trial
 from boute.optimize.space import Candidate, Space
+
+if TYPE_CHECKING:
+    from pymoo.core.population import Population
 
 
 class RandomStrategy:
@@ -23,7 +28,7 @@ class RandomStrategy:
 
     name = "random"
 
-    def __init__(self, space: Space, *, seed: int = 0, objective: object = None) -> None:
+    def __init__(self, space: Space, *, seed: int = 0, objective: Objective | str | None = None) -> None:
         """``objective`` is accepted for a uniform interface and ignored: the proposals do not depend on it."""
         self.space = space
         self.seed = seed
@@ -41,7 +46,9 @@ class NSGA2Strategy:
 
     name = "nsga2"
 
-    def __init__(self, space: Space, *, seed: int = 0, pop_size: int = 12, objective: object = "latency") -> None:
+    def __init__(
+        self, space: Space, *, seed: int = 0, pop_size: int = 12, objective: Objective | str = "latency"
+    ) -> None:
         from pymoo.algorithms.moo.nsga2 import NSGA2
         from pymoo.core.problem import Problem
         from pymoo.core.termination import NoTermination
@@ -50,13 +57,13 @@ class NSGA2Strategy:
         floor = space.scenario.targets.quality_floor
         self._floor = floor
         self._log_cap = math.log(space.scenario.targets.p95_latency_s)
-        self._objective = str(getattr(objective, "name", objective) or "latency")
+        self._objective = objective.name if isinstance(objective, Objective) else objective
         n_obj = 3 if self._objective == "pareto" else 2
         problem = Problem(n_var=space.dim, n_obj=n_obj, n_ieq_constr=2, xl=0.0, xu=1.0)
         self._algo = NSGA2(pop_size=pop_size)
         self._algo.setup(problem, termination=NoTermination(), seed=seed, verbose=False)
         self._problem = problem
-        self._batch = None  # pymoo Population asked last
+        self._batch: Population | None = None  # asked last
         self._start = 0  # trial index of its first member
 
     def _tell(self, trials: Sequence[Trial]) -> None:
@@ -64,10 +71,11 @@ class NSGA2Strategy:
         from pymoo.problems.static import StaticProblem
 
         pop = self._batch
+        assert pop is not None  # ask() tells a batch only after asking it
         F, G = [], []
         for t in trials[self._start : self._start + len(pop)]:
             if t.ok:
-                q, p = t.result.quality, t.result.p95_latency_s  # type: ignore[union-attr]
+                q, p = t.checked_result.quality, t.checked_result.p95_latency_s
             else:
                 q, p = 0.0, OVERLOAD_P95_S
             lp = math.log(max(p, 1e-6))
@@ -96,6 +104,7 @@ def _max_replicas(space: Space, pair_index: int, config_index: int, budget: floa
 
 def single_tier_single_gpu(space: Space, tier: int, fractions: tuple[float, ...]) -> list[Candidate]:
     """Every (GPU type, config) of ``tier`` with as many replicas as budget and inventory allow."""
+    decode = _with_fractions(space, fractions)
     out = []
     for i, p in enumerate(space.pairs):
         if p.tier != tier:
@@ -108,7 +117,7 @@ def single_tier_single_gpu(space: Space, tier: int, fractions: tuple[float, ...]
             x[p.count_dim] = n * p.configs[k].gpus / p.inventory
             if p.config_dim is not None:
                 x[p.config_dim] = (k + 0.5) / len(p.configs)
-            out.append(_with_fractions(space, x, fractions))
+            out.append(decode(x))
     return out
 
 
@@ -127,6 +136,7 @@ def equal_split(space: Space, fractions: tuple[float, ...]) -> list[Candidate]:
                 if n >= 1:
                     opts.append((i, k, n))
         per_tier.append(opts)
+    decode = _with_fractions(space, fractions)
     out: list[Candidate] = []
     for combo in np.array(np.meshgrid(*[np.arange(len(o)) for o in per_tier])).T.reshape(-1, len(per_tier)):
         x = np.zeros(space.dim)
@@ -141,12 +151,18 @@ def equal_split(space: Space, fractions: tuple[float, ...]) -> list[Candidate]:
             if p.config_dim is not None:
                 x[p.config_dim] = (k + 0.5) / len(p.configs)
         if ok:
-            out.append(_with_fractions(space, x, fractions))
+            out.append(decode(x))
     return out
 
 
-def _with_fractions(space: Space, x: np.ndarray, fractions: tuple[float, ...]) -> Candidate:
-    """Decode the deployment part of ``x`` with routing fixed to ``fractions``."""
+def _with_fractions(space: Space, fractions: tuple[float, ...]) -> Callable[[np.ndarray], Candidate]:
+    """A decoder of ``space``'s points with routing fixed to ``fractions``: the deployment part of ``x``
+    decoded in the fixed-routing space, built once per family (building a space evaluates the performance
+    model of every fitting config, far more than a decode)."""
     fixed = Space.build(space.scenario, gpus=space.gpus, tiers=space.active_tiers, fixed_fractions=fractions)
-    xx = x[space.n_routing :] if fixed.n_routing == 0 else x
-    return fixed.decode(xx)
+    skip = space.n_routing if fixed.n_routing == 0 else 0
+
+    def decode(x: np.ndarray) -> Candidate:
+        return fixed.decode(x[skip:])
+
+    return decode

@@ -36,7 +36,7 @@ import numpy as np
 from boute.optimize.evaluators import Evaluator
 from boute.optimize.loop import run_search
 from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial, feasible_mask
+from boute.optimize.result import Trial, feasible_mask, figures
 from boute.optimize.screen import Screen
 
 #: status of a confirming re-evaluation of a search trial, and of a trial of the continued search
@@ -69,13 +69,10 @@ def distinct(pool: Sequence[Trial], k: int) -> list[Trial]:
 
 def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> list[Trial]:
     """Search trials meeting the targets, in the order confirmation tries them (module doc, step 1)."""
-    ok = [t for t in trials if t.ok and t.result is not None]
-    feas = [t for t, m in zip(ok, feasible_mask(ok, targets), strict=True) if m]
+    ok = [t for t in trials if t.ok]
+    feas, q, p, c = figures([t for t, m in zip(ok, feasible_mask(ok, targets), strict=True) if m])
     if not feas:
         return []
-    q = np.array([t.result.quality for t in feas])  # type: ignore[union-attr]
-    p = np.array([t.result.p95_latency_s for t in feas])  # type: ignore[union-attr]
-    c = np.array([t.result.cost_per_hour for t in feas])  # type: ignore[union-attr]
     ranked = [feas[i] for i in objective.order(q, p, c, targets)]
     if objective.name != "cost":
         return ranked
@@ -83,7 +80,7 @@ def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> l
     # no likelier to pass where that one failed, so it is skipped
     out: list[Trial] = []
     for t in ranked:
-        if all(u.result.p95_latency_s > t.result.p95_latency_s for u in out):  # type: ignore[union-attr]
+        if all(u.checked_result.p95_latency_s > t.checked_result.p95_latency_s for u in out):
             out.append(t)
     return out
 
@@ -170,7 +167,7 @@ class _Guarded:
     def __init__(self, evaluator: Evaluator) -> None:
         self.inner = evaluator
         self.name, self.fidelity = evaluator.name, evaluator.fidelity
-        self.mode, self.quality_model = getattr(evaluator, "mode", "preroute"), evaluator.quality_model
+        self.mode, self.quality_model = evaluator.mode, evaluator.quality_model
 
     def __call__(self, cand: Any) -> Any:
         from boute.errors import BouteError
@@ -211,7 +208,7 @@ def _continue_search(
     if prior is not None and evaluator.quality_model is not None:  # (the GP-quality fallback takes no prior)
         opts["prior"] = lambda cand: prior(cand).p95_latency_s
     strat = make_strategy("mobo", space, seed, n_init=0, objective=out.objective, **opts)
-    screen = Screen.build(space, evaluator.quality_model, getattr(evaluator, "mode", "preroute"))
+    screen = Screen.build(space, evaluator.quality_model, evaluator.mode)
 
     def on_trial(t: Trial) -> None:
         status = t.status if t.status != "complete" else CONFIRM_SEARCH

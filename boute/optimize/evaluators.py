@@ -64,13 +64,22 @@ class Evaluator(Protocol):
     ``fidelity`` ranks evaluators by faithfulness (fast 0 < sim 1 < live 2): a confirmation only ever
     moves up. ``quality_model`` is the exact quality model the evaluator scores routing with, or None when
     quality is measured (sampled); the MOBO strategy uses it as an exact objective instead of a GP.
-    ``close`` releases what the evaluator runs (processes, fleets); it is idempotent.
+    ``close`` releases what the evaluator runs (processes, fleets); it is idempotent. The attributes are
+    read-only here (properties), so an evaluator may narrow them, e.g. an exact ``quality_model`` that is
+    never None.
     """
 
-    name: str
-    fidelity: int
-    mode: str
-    quality_model: QualityModel | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fidelity(self) -> int: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def quality_model(self) -> QualityModel | None: ...
 
     def __call__(self, cand: Candidate) -> EvalResult: ...
 
@@ -91,7 +100,7 @@ def candidate_plan(
     """The plan for a candidate; ``router``: the learned router file whose scores split the load (the quality
     model's, ``quality_model.info["router_path"]``). Tiers with zero load and no replicas stay in routing."""
     routing = Routing(
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         tiers=[t.name for t in scenario.tiers],
         fractions=list(cand.fractions),
         thresholds=None if thresholds is None else [float(v) for v in thresholds],

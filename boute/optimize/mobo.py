@@ -41,19 +41,57 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
 from boute.optimize.acq_pool import Pool, build_pool
+from boute.optimize.bo_parts import SobolDesign, pointwise, warm_state
 from boute.optimize.evaluators import Evaluator, policy_of
 from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial, nondominated
+from boute.optimize.result import Trial, figures, nondominated
 from boute.optimize.screen import Screen
 from boute.optimize.space import Space
 
+if TYPE_CHECKING:
+    from botorch.models import SingleTaskGP
+    from botorch.models.model import Model
+    from botorch.sampling.base import MCSampler
+    from gpytorch.kernels import Kernel
+    from torch import Tensor
+
 QualityFn = Callable[[tuple[float, ...]], float]
 ACQS = ("hybrid", "ehvi", "ei")
+
+
+class _GPOptions(TypedDict):
+    """What :class:`MoboStrategy` passes on to the GP-quality fallback (:mod:`boute.optimize.mobo_gp`)."""
+
+    num_restarts: int
+    raw_samples: int
+    mc_samples: int
+    acq_optimizer: str
+    threads: int
+
+
+def _first_output(Y: Tensor, X: Tensor | None = None) -> Tensor:
+    """MC objective: the first outcome (``-$/h`` of the cost acquisition)."""
+    return Y[..., 0]
+
+
+def _sum_outputs(Y: Tensor, X: Tensor | None = None) -> Tensor:
+    """MC objective: the sum of the outcomes (``-log P95`` = prior + residual GP)."""
+    return Y.sum(dim=-1)
+
+
+def _mc_sampler(model: Model, Z: Tensor, n: int, seed: int) -> MCSampler:
+    """BoTorch's sampler for ``model``'s posterior (a ``ListSampler`` for a ``ModelList``), seeded."""
+    import torch
+    from botorch.sampling.get_sampler import get_sampler
+
+    # botorch annotates get_sampler's argument as TorchPosterior, but it dispatches on any Posterior and a
+    # ModelList's is a PosteriorList: the annotation is narrower than the function
+    return get_sampler(model.posterior(Z[:1]), torch.Size([n]), seed=seed)  # type: ignore[arg-type]
 
 
 def exact_quality_fn(evaluator: Evaluator) -> QualityFn | None:
@@ -61,7 +99,7 @@ def exact_quality_fn(evaluator: Evaluator) -> QualityFn | None:
     model = evaluator.quality_model
     if model is None:
         return None
-    mode = getattr(evaluator, "mode", "preroute")
+    mode = evaluator.mode
     return lambda fr: float(policy_of(model, mode, tuple(fr)).quality)
 
 
@@ -112,16 +150,16 @@ class MoboStrategy:
         self.screen: Screen | None = None
         self.prior = prior  # Candidate -> P95 s by a cheaper evaluator (module doc)
         self._prior_cache: dict[str, float] = {}
-        self._fallback_opts = {
-            "num_restarts": num_restarts,
-            "raw_samples": raw_samples,
-            "mc_samples": mc_samples,
-            "acq_optimizer": "relaxed" if acq_optimizer == "pool" else acq_optimizer,
-            "threads": threads,
-        }
+        self._fallback_opts = _GPOptions(
+            num_restarts=num_restarts,
+            raw_samples=raw_samples,
+            mc_samples=mc_samples,
+            acq_optimizer="relaxed" if acq_optimizer == "pool" else acq_optimizer,
+            threads=threads,
+        )
         self._gp_design: Any = None
-        self._sobol: np.ndarray | None = None
-        self._state: dict[str, Any] | None = None  # last fitted hyperparameters: warm start
+        self._design = SobolDesign(space.dim, seed, self.n_init)
+        self._state: dict[str, Tensor] | None = None  # last fitted hyperparameters: warm start
         self._qcache: dict[tuple[float, ...], float] = {}
         self.timings: list[dict[str, float]] = []  # per BO step: fit_s, pool_s, acq_s, kind
 
@@ -142,20 +180,11 @@ class MoboStrategy:
             self._qcache[key] = self.quality_fn(fractions)
         return self._qcache[key]
 
-    # ---- initial design -------------------------------------------------------------------------
-    def _sobol_point(self, i: int) -> np.ndarray:
-        if self._sobol is None or len(self._sobol) <= i:
-            from scipy.stats import qmc
-
-            m = math.ceil(math.log2(max(self.n_init, i + 1, 2)))
-            self._sobol = qmc.Sobol(self.space.dim, scramble=True, seed=self.seed).random_base2(m)
-        return self._sobol[i]
-
+    # ---- asking -----------------------------------------------------------------------------------
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
-        n = len(trials)
-        ok = [t for t in trials if t.ok]
-        if sum(t.evaluated for t in trials) < self.n_init or len(ok) < 3:  # screened Sobol points are skipped
-            return self._sobol_point(n)
+        x0 = self._design.ask(trials)
+        if x0 is not None:
+            return x0
         if self.quality_fn is None:
             if self._gp_design is None:
                 from boute.optimize.mobo_gp import GPMoboStrategy
@@ -166,10 +195,10 @@ class MoboStrategy:
             x = self._gp_design.ask(trials)
             self.timings = self._gp_design.timings
             return x
-        return self._bo_step(trials, ok)
+        return self._bo_step(trials, [t for t in trials if t.ok])
 
     # ---- surrogate ------------------------------------------------------------------------------
-    def _covar(self):  # noqa: ANN202 - gpytorch kernel
+    def _covar(self) -> Kernel:
         from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as dim_scaled
         from gpytorch.kernels import ScaleKernel
 
@@ -182,7 +211,7 @@ class MoboStrategy:
             return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
         return ScaleKernel(dim_scaled(ard_num_dims=self.space.dim))
 
-    def _fit(self, X, y, step: int):  # noqa: ANN001, ANN202
+    def _fit(self, X: Tensor, y: Tensor, step: int) -> SingleTaskGP:
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import SingleTaskGP
         from botorch.models.transforms.outcome import Standardize
@@ -200,9 +229,7 @@ class MoboStrategy:
                     optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}},
                     max_attempts=1 if self._state is not None else 3,
                 )
-            self._state = {
-                k: v.detach().clone() for k, v in gp.state_dict().items() if not k.startswith("outcome_transform")
-            }
+            self._state = warm_state(gp)
         gp.eval()
         return gp
 
@@ -230,9 +257,7 @@ class MoboStrategy:
 
         t0 = time.perf_counter()
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
-        q = np.array([t.result.quality for t in ok])  # type: ignore[union-attr]
-        p = np.array([t.result.p95_latency_s for t in ok])  # type: ignore[union-attr]
-        c = np.array([t.result.cost_per_hour for t in ok])  # type: ignore[union-attr]
+        _, q, p, c = figures(ok)
         y = -np.log(np.clip(p, 1e-6, self.clip_factor * cap))
         y_fit = y if self.prior is None else y - np.array([self._prior_y(t.candidate) for t in ok])
         gp = self._fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1), step)
@@ -300,7 +325,7 @@ class MoboStrategy:
         return [np.asarray(ok[i].z, dtype=float) for i in idx]
 
     def _log_cei_cost(
-        self, lat: list, pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
+        self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
     ) -> np.ndarray:
         """BoTorch constrained qLogEI on ``-$/h`` (exact) with the outcome constraint ``P95 <= cap`` (GP).
 
@@ -313,15 +338,14 @@ class MoboStrategy:
         from botorch.acquisition.objective import GenericMCObjective
         from botorch.models.deterministic import GenericDeterministicModel
         from botorch.models.model import ModelList
-        from botorch.sampling.get_sampler import get_sampler
 
         model = ModelList(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1), *lat)
         Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
         acq = qLogExpectedImprovement(
             model=model,
             best_f=-best_cost,
-            sampler=get_sampler(model.posterior(Z[:1]), torch.Size([self.mc_samples]), seed=self.seed),
-            objective=GenericMCObjective(lambda Y, X=None: Y[..., 0]),
+            sampler=_mc_sampler(model, Z, self.mc_samples, self.seed),
+            objective=GenericMCObjective(_first_output),
             # feasible when -log P95 (the latency outputs' sum) >= -log cap
             constraints=[lambda Y: -math.log(cap) - Y[..., 1:].sum(dim=-1)],
         )
@@ -329,20 +353,16 @@ class MoboStrategy:
             s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
         return np.where(pq >= floor - 1e-12, s, -np.inf)
 
-    def _neg_cost_fn(self, pool: Pool):  # noqa: ANN202 - Callable[[Tensor], Tensor]
+    def _neg_cost_fn(self, pool: Pool) -> Callable[[Tensor], Tensor]:
         """``-$/h`` of canonical points as a torch function: pool plans by lookup, others by decoding."""
-        import torch
-
         known = {z.tobytes(): -cd.cost_per_hour for z, cd in zip(pool.z, pool.candidates, strict=True)}
         space = self.space
 
-        def neg_cost(Z: torch.Tensor) -> torch.Tensor:
-            flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy().astype(float)
-            vals = [known.get(z.tobytes()) for z in flat]
-            vals = [-space.decode(z).cost_per_hour if v is None else v for v, z in zip(vals, flat, strict=True)]
-            return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+        def neg_cost(z: np.ndarray) -> float:
+            v = known.get(z.tobytes())
+            return -space.decode(z).cost_per_hour if v is None else v
 
-        return neg_cost
+        return pointwise(neg_cost)
 
     def _centres(self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, floor: float, kind: str) -> list[np.ndarray]:
         """Incumbents to search around: the best plans meeting the floor, plus the front for EHVI."""
@@ -357,14 +377,16 @@ class MoboStrategy:
             idx = list(np.argsort(-q)[:3])
         return [np.asarray(ok[int(i)].z, dtype=float) for i in idx]
 
-    def _log_ei(self, lat: list, pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:
+    def _log_ei(self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:
         """Log expected improvement of ``-log P95`` over the incumbent; plans below the floor score -inf.
 
         Analytic LogEI on the GP; with a prior (``lat`` = [prior, residual GP]) BoTorch's qLogEI on their sum.
         """
         import torch
+        from botorch.acquisition import AcquisitionFunction
 
         Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
+        acq: AcquisitionFunction
         if len(lat) == 1:
             from botorch.acquisition.analytic import LogExpectedImprovement
 
@@ -373,14 +395,13 @@ class MoboStrategy:
             from botorch.acquisition.logei import qLogExpectedImprovement
             from botorch.acquisition.objective import GenericMCObjective
             from botorch.models.model import ModelList
-            from botorch.sampling.get_sampler import get_sampler
 
             model = ModelList(*lat)
             acq = qLogExpectedImprovement(
                 model=model,
                 best_f=best,
-                sampler=get_sampler(model.posterior(Z[:1]), torch.Size([self.mc_samples]), seed=self.seed),
-                objective=GenericMCObjective(lambda Y, X=None: Y.sum(dim=-1)),
+                sampler=_mc_sampler(model, Z, self.mc_samples, self.seed),
+                objective=GenericMCObjective(_sum_outputs),
             )
         with torch.no_grad():
             s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
@@ -396,41 +417,38 @@ class MoboStrategy:
             self._prior_cache[key] = -math.log(min(max(float(self.prior(cand)), 1e-6), self.clip_factor * cap))
         return self._prior_cache[key]
 
-    def _lat_models(self, gp, pool: Pool, ok: Sequence[Trial]) -> list:  # noqa: ANN001 - GP
+    def _lat_models(self, gp: Model, pool: Pool, ok: Sequence[Trial]) -> list[Model]:
         """Models whose outputs add up to ``-log P95``: ``[gp]``, or ``[prior, gp]`` with a prior (module doc)."""
         if self.prior is None:
             return [gp]
-        import torch
         from botorch.models.deterministic import GenericDeterministicModel
 
         known = {z.tobytes(): self._prior_y(cd) for z, cd in zip(pool.z, pool.candidates, strict=True)}
         known.update({np.asarray(t.z, dtype=float).tobytes(): self._prior_y(t.candidate) for t in ok})
         space = self.space
 
-        def prior(Z: torch.Tensor) -> torch.Tensor:
-            flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy().astype(float)
-            vals = [known[z.tobytes()] if z.tobytes() in known else self._prior_y(space.decode(z)) for z in flat]
-            return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+        def prior(z: np.ndarray) -> float:
+            v = known.get(z.tobytes())
+            return self._prior_y(space.decode(z)) if v is None else v
 
-        return [GenericDeterministicModel(prior, num_outputs=1), gp]
+        return [GenericDeterministicModel(pointwise(prior), num_outputs=1), gp]
 
-    def _log_nehvi(self, lat: list, X, pool: Pool, floor: float, cap: float, budget: float | None = None) -> np.ndarray:  # noqa: ANN001
+    def _log_nehvi(
+        self, lat: list[Model], X: Tensor, pool: Pool, floor: float, cap: float, budget: float | None = None
+    ) -> np.ndarray:
         """qLogNEHVI of (exact quality, GP ``-log P95``) with the reference point at the targets; with
         ``budget``, of (exact quality, GP ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget)."""
         import torch
         from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
         from botorch.models.deterministic import GenericDeterministicModel
         from botorch.models.model import ModelList
-        from botorch.sampling.get_sampler import get_sampler
 
         space = self.space
 
-        def quality(Z: torch.Tensor) -> torch.Tensor:
-            flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy()
-            vals = [self._quality(tuple(space._fractions(z))) for z in flat]
-            return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+        def quality(z: np.ndarray) -> float:
+            return self._quality(tuple(space._fractions(z)))
 
-        models = [GenericDeterministicModel(quality, num_outputs=1), *lat]
+        models = [GenericDeterministicModel(pointwise(quality), num_outputs=1), *lat]
         ref = [floor, -math.log(cap)]
         if budget is not None:
             models.append(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1))
@@ -451,7 +469,7 @@ class MoboStrategy:
             ref_point=ref,
             objective=objective,
             X_baseline=X,
-            sampler=get_sampler(model.posterior(X[:1]), torch.Size([self.mc_samples]), seed=self.seed),
+            sampler=_mc_sampler(model, X, self.mc_samples, self.seed),
             prune_baseline=True,
             cache_root=False,
         )

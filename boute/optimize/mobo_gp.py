@@ -24,16 +24,26 @@ import contextlib
 import math
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from boute.optimize.result import Trial
+from boute.optimize.bo_parts import SobolDesign, pointwise, warm_state
+from boute.optimize.objectives import Objective
+from boute.optimize.result import Trial, figures
 from boute.optimize.space import Space
+
+if TYPE_CHECKING:
+    from botorch.models import ModelListGP
+    from botorch.models.model import Model
+    from gpytorch.kernels import Kernel
+    from torch import Tensor
 
 _EPS = 1e-4
 
 
-def _logit(q: np.ndarray) -> np.ndarray:
+def logit(q: np.ndarray) -> np.ndarray:
+    """``log(q / (1 - q))`` with ``q`` kept ``_EPS`` inside (0, 1): the quality outcome the GP models."""
     q = np.clip(q, _EPS, 1 - _EPS)
     return np.log(q / (1 - q))
 
@@ -56,10 +66,10 @@ class GPMoboStrategy:
         acq_optimizer: str = "relaxed",
         threads: int = 1,
         refit_every: int = 6,
-        objective: object = "latency",
+        objective: Objective | str = "latency",
     ) -> None:
         self.space = space
-        self.with_cost = str(getattr(objective, "name", objective) or "latency") != "latency"
+        self.with_cost = (objective.name if isinstance(objective, Objective) else objective) != "latency"
         self.seed = seed
         self.n_init = n_init if n_init is not None else max(8, min(space.dim, 12))
         self.num_restarts = num_restarts
@@ -70,34 +80,25 @@ class GPMoboStrategy:
         self.refit_every = refit_every
         self._steps = 0
         self.timings = []
-        self._sobol: np.ndarray | None = None
-        self._state: list[dict[str, object]] | None = None  # last fitted hyperparameters: warm start
+        self._design = SobolDesign(space.dim, seed, self.n_init)
+        self._state: list[dict[str, Tensor]] | None = None  # last fitted hyperparameters: warm start
 
     # ---- initial design -------------------------------------------------------------------------
-    def _sobol_point(self, i: int) -> np.ndarray:
-        if self._sobol is None or len(self._sobol) <= i:
-            from scipy.stats import qmc
-
-            m = math.ceil(math.log2(max(self.n_init, i + 1, 2)))
-            self._sobol = qmc.Sobol(self.space.dim, scramble=True, seed=self.seed).random_base2(m)
-        return self._sobol[i]
-
     def _fallback(self, i: int) -> np.ndarray:
         return np.random.default_rng([self.seed, i, 7]).random(self.space.dim)
 
     # ---- BO step --------------------------------------------------------------------------------
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
-        n = len(trials)
-        ok = [t for t in trials if t.ok]
-        if sum(t.evaluated for t in trials) < self.n_init or len(ok) < 3:
-            return self._sobol_point(n)
-        x = self._bo_step(ok)
+        x0 = self._design.ask(trials)
+        if x0 is not None:
+            return x0
+        x = self._bo_step([t for t in trials if t.ok])
         seen = {t.candidate.key() for t in trials}
         if self.space.decode(x).key() in seen:
-            return self._fallback(n)  # the acquisition maximiser is a plan already evaluated: explore instead
+            return self._fallback(len(trials))  # the acquisition maximiser is a plan already evaluated: explore instead
         return x
 
-    def _covar(self, d: int):  # noqa: ANN202 - gpytorch kernel
+    def _covar(self, d: int) -> Kernel:
         from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as matern
         from gpytorch.kernels import ProductKernel, ScaleKernel
 
@@ -112,7 +113,7 @@ class GPMoboStrategy:
         )
         return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
 
-    def _fit(self, X, Y):  # noqa: ANN001, ANN202
+    def _fit(self, X: Tensor, Y: Tensor) -> ModelListGP:
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import ModelListGP, SingleTaskGP
         from botorch.models.transforms.outcome import Standardize
@@ -133,10 +134,7 @@ class GPMoboStrategy:
             # a failed hyperparameter fit still leaves a usable (prior / warm-started) model
             with contextlib.suppress(Exception):
                 fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": 75}})
-            self._state = [
-                {k: v.detach().clone() for k, v in m.state_dict().items() if not k.startswith("outcome_transform")}
-                for m in models
-            ]
+            self._state = [warm_state(m) for m in models]
         self._steps += 1
         model.eval()
         return model
@@ -150,16 +148,16 @@ class GPMoboStrategy:
         torch.manual_seed(self.seed * 100003 + len(ok))
         sc = self.space.scenario
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
-        q = np.array([t.result.quality for t in ok])  # type: ignore[union-attr]
-        p = np.array([t.result.p95_latency_s for t in ok])  # type: ignore[union-attr]
+        _, q, p, _ = figures(ok)
         # latency far beyond the cap carries no information the GP can use: clip it (10x cap) so overloaded
         # plans do not dominate the lengthscales
         p = np.clip(p, 1e-6, 10.0 * sc.targets.p95_latency_s)
-        Y = torch.tensor(np.stack([_logit(q), -np.log(p)], axis=1), dtype=torch.double)
+        Y = torch.tensor(np.stack([logit(q), -np.log(p)], axis=1), dtype=torch.double)
         t0 = time.perf_counter()
-        model = self._fit(X, Y)
+        gps = self._fit(X, Y)
+        model: Model = gps
         t1 = time.perf_counter()
-        floor = float(_logit(np.array([max(sc.targets.quality_floor, _EPS)]))[0])
+        floor = float(logit(np.array([max(sc.targets.quality_floor, _EPS)]))[0])
         neg_log_cap = -math.log(sc.targets.p95_latency_s)
         ref = [floor if sc.targets.quality_floor > 0 else float(Y[:, 0].min()) - 0.1, neg_log_cap]
         constraints = [lambda Z: neg_log_cap - Z[..., 1]]
@@ -171,12 +169,10 @@ class GPMoboStrategy:
 
             space = self.space
 
-            def neg_cost(Z: torch.Tensor) -> torch.Tensor:
-                flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy()
-                vals = [-space.decode(z).cost_per_hour for z in flat]
-                return torch.tensor(vals, dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
+            def neg_cost(z: np.ndarray) -> float:
+                return -space.decode(z).cost_per_hour
 
-            model = ModelList(*model.models, GenericDeterministicModel(neg_cost, num_outputs=1))
+            model = ModelList(*gps.models, GenericDeterministicModel(pointwise(neg_cost), num_outputs=1))
             ref = [*ref, -space.budget]
         acq = qLogNoisyExpectedHypervolumeImprovement(
             model=model,

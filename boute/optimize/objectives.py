@@ -19,10 +19,11 @@ nearest (Euclidean) to the ideal (1, 1, 1). It never picks a dominated plan, and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from boute.specs.targets import Targets
 
@@ -38,6 +39,11 @@ def nondominated(Y: np.ndarray) -> np.ndarray:
     better_eq = np.all(Y[None, :, :] <= Y[:, None, :], axis=2)  # [i, j]: j at least as good as i everywhere
     strictly = np.any(Y[None, :, :] < Y[:, None, :], axis=2)
     return ~np.any(better_eq & strictly, axis=1)
+
+
+def _floats(*columns: ArrayLike) -> tuple[np.ndarray, ...]:
+    """Each column as a float array (callers pass lists or arrays alike)."""
+    return tuple(np.asarray(v, dtype=float) for v in columns)
 
 
 def _lex(*keys: np.ndarray) -> int:
@@ -116,15 +122,13 @@ class Objective:
             return prefer_cost
         return PREFER_RULES[self.prefer]
 
-    def pick(
-        self, q: Sequence[float], p: Sequence[float], c: Sequence[float], feasible: np.ndarray, tg: Targets
-    ) -> int | None:
-        """Index of the answer among plans with figures (q, p, c), or None when none is ``feasible``.
+    def pick(self, quality: ArrayLike, p95: ArrayLike, cost: ArrayLike, feasible: ArrayLike, tg: Targets) -> int | None:
+        """Index of the answer among plans with these figures, or None when none is ``feasible``.
 
         ``pareto`` picks from the 3-D front of the feasible plans; the others directly from the feasible
         plans (their best is on that front anyway).
         """
-        q, p, c = (np.asarray(v, dtype=float) for v in (q, p, c))
+        q, p, c = _floats(quality, p95, cost)
         idx = np.flatnonzero(np.asarray(feasible, dtype=bool))
         if idx.size == 0:
             return None
@@ -132,9 +136,9 @@ class Objective:
             idx = idx[nondominated(np.stack([-q[idx], p[idx], c[idx]], axis=1))]
         return int(idx[self.rule()(q[idx], p[idx], c[idx], tg)])
 
-    def order(self, q: Sequence[float], p: Sequence[float], c: Sequence[float], tg: Targets) -> list[int]:
+    def order(self, quality: ArrayLike, p95: ArrayLike, cost: ArrayLike, tg: Targets) -> list[int]:
         """All plans ranked best-first by this objective alone (what the choice would take next)."""
-        q, p, c = (np.asarray(v, dtype=float) for v in (q, p, c))
+        q, p, c = _floats(quality, p95, cost)
         if self.name == "cost":
             return [int(i) for i in np.lexsort((-q, p, c))]
         if self.name == "latency":

@@ -44,12 +44,22 @@ class Trial:
         """Whether this trial cost an evaluation (screened ones did not; failed ones did)."""
         return self.status != SCREENED
 
+    @property
+    def checked_result(self) -> EvalResult:
+        """The result of a trial known to be ``ok`` (the type checker cannot see that ``ok`` implies one)."""
+        if self.result is None:
+            raise ValueError(f"trial {self.index} has no result (status {self.status})")
+        return self.result
 
-def _arrays(trials: Sequence[Trial]) -> tuple[list[Trial], np.ndarray, np.ndarray, np.ndarray]:
+
+def figures(trials: Sequence[Trial]) -> tuple[list[Trial], np.ndarray, np.ndarray, np.ndarray]:
+    """The successful trials (in order) and their quality, P95 and $/h as float arrays: what every choice
+    among trials works on."""
     ok = [t for t in trials if t.ok]
-    q = np.array([t.result.quality for t in ok], dtype=float)  # type: ignore[union-attr]
-    p = np.array([t.result.p95_latency_s for t in ok], dtype=float)  # type: ignore[union-attr]
-    c = np.array([t.result.cost_per_hour for t in ok], dtype=float)  # type: ignore[union-attr]
+    rs = [t.checked_result for t in ok]
+    q = np.array([r.quality for r in rs], dtype=float)
+    p = np.array([r.p95_latency_s for r in rs], dtype=float)
+    c = np.array([r.cost_per_hour for r in rs], dtype=float)
     return ok, q, p, c
 
 
@@ -65,14 +75,16 @@ def pareto_front(
 ) -> list[Trial]:
     """The front the objective keeps: (quality, P95) over all plans for ``latency`` (as before), the 3-D
     (quality, P95, $/h) front of the plans meeting ``targets`` for ``cost`` and ``pareto``."""
-    ok, q, p, c = _arrays(trials)
+    ok, q, p, c = figures(trials)
     if objective is None or objective.name == "latency" or targets is None:
         mask = pareto_mask(q, p)
         front = [t for t, m in zip(ok, mask, strict=True) if m]
-        return sorted(front, key=lambda t: (t.result.quality, t.result.p95_latency_s))  # type: ignore[union-attr]
+        return sorted(front, key=lambda t: (t.checked_result.quality, t.checked_result.p95_latency_s))
     feas = np.flatnonzero(feasible_mask(ok, targets))
     keep = feas[nondominated(np.stack([-q[feas], p[feas], c[feas]], axis=1))] if feas.size else feas
-    return sorted((ok[int(i)] for i in keep), key=lambda t: (t.result.cost_per_hour, t.result.p95_latency_s))  # type: ignore[union-attr]
+    return sorted(
+        (ok[int(i)] for i in keep), key=lambda t: (t.checked_result.cost_per_hour, t.checked_result.p95_latency_s)
+    )
 
 
 def feasible_mask(trials: Sequence[Trial], targets: Targets) -> np.ndarray:
@@ -91,7 +103,7 @@ def choose(
 ) -> tuple[Trial | None, Trial | None]:
     """``(chosen, closest)``: the objective's answer among plans meeting all targets (or None) and, when
     none does, the closest (smallest violation)."""
-    ok, q, p, c = _arrays(trials)
+    ok, q, p, c = figures(trials)
     if not ok:
         return None, None
     i = (objective or Objective()).pick(q, p, c, feasible_mask(ok, targets), targets)
@@ -126,7 +138,7 @@ def hypervolume_trace(trials: Sequence[Trial], targets: Targets) -> list[float]:
     """Hypervolume after each evaluation (failed trials repeat the previous value)."""
     out: list[float] = []
     for n in range(1, len(trials) + 1):
-        _, q, p, c = _arrays(trials[:n])
+        _, q, p, c = figures(trials[:n])
         within = targets.mask(np.full_like(q, np.inf), np.zeros_like(p), c)  # the budget alone
         out.append(hypervolume(q[within], p[within], targets))
     return out
@@ -169,14 +181,15 @@ class ChoiceTracker:
         r = t.result
         if t.ok and r is not None and self.targets.met_by(r.quality, r.p95_latency_s, r.cost_per_hour, r.quality_se):
             y = np.array([-r.quality, r.p95_latency_s, r.cost_per_hour])
-            ys = np.array([[-u.result.quality, u.result.p95_latency_s, u.result.cost_per_hour] for u in self.front])  # type: ignore[union-attr]
-            if not ys.size or not np.any(np.all(ys <= y, axis=1) & np.any(ys < y, axis=1)):
-                keep = ~(np.all(y <= ys, axis=1) & np.any(y < ys, axis=1)) if ys.size else np.zeros(0, dtype=bool)
+            _, fq, fp, fc = figures(self.front)
+            ys = np.stack([-fq, fp, fc], axis=1)  # (0, 3) while the front is empty: nothing dominates
+            if not np.any(np.all(ys <= y, axis=1) & np.any(ys < y, axis=1)):
+                keep = ~(np.all(y <= ys, axis=1) & np.any(y < ys, axis=1))
                 self.front = [u for u, k in zip(self.front, keep, strict=True) if k] + [t]
         if not self.front:
             self.keys.append(None)
             return
-        _, q, p, c = _arrays(self.front)
+        _, q, p, c = figures(self.front)
         i = self.objective.pick(q, p, c, np.ones(len(q), dtype=bool), self.targets)
         self.keys.append(None if i is None else self.front[i].candidate.key())
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from boute.optimize.space import Candidate, Space, _catalog
+from boute.optimize.space import Candidate, Space
 from boute.quality.policy import QualityModel
 from boute.specs import ReplicaGroup
 
@@ -152,9 +152,9 @@ class Screen:
         """:func:`replica_bound_rps` of one replica of ``g`` (cached per model, GPU, TP, PP, dtype)."""
         key = (g.model, g.gpu, g.tp, g.pp, g.dtype)
         if key not in self._bounds:
-            from boute.perf import replica_perf
+            from boute.perf import replica_perf, scenario_catalog
 
-            cat = _catalog(self.space.scenario)
+            cat = scenario_catalog(self.space.scenario)
             perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), g.tp, g.pp, g.dtype)
             self._bounds[key] = replica_bound_rps(perf, self.mean_input, self.mean_output)
         return self._bounds[key]

@@ -17,7 +17,7 @@ from boute.optimize.evaluators import EvalResult, Evaluator, candidate_plan, mak
 from boute.optimize.loop import run_search, targets_of
 from boute.optimize.objectives import Objective, make_objective
 from boute.optimize.registry import make_strategy
-from boute.optimize.result import SCREENED, Trial, choose, hypervolume, hypervolume3, pareto_front
+from boute.optimize.result import SCREENED, Trial, choose, figures, hypervolume, hypervolume3, pareto_front
 from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate, Space
 from boute.specs import Plan, Prediction, ReplicaGroup, Scenario
@@ -235,9 +235,8 @@ def optimize(
     tg = targets_of(space)
     chosen, closest = choose(done, tg, obj)
     front = pareto_front(done, obj, tg)
-    ok = [t for t in done if t.ok]
-    q, p, c = ([getattr(t.result, k) for t in ok] for k in ("quality", "p95_latency_s", "cost_per_hour"))
-    hv = hypervolume(q, p, tg) if obj.name == "latency" else hypervolume3(q, p, c, tg)  # type: ignore[arg-type]
+    _, q, p, c = figures(done)
+    hv = hypervolume(q, p, tg) if obj.name == "latency" else hypervolume3(q, p, c, tg)
     out = Outcome(space, done, chosen, closest, front, hv, resumed, exp_id, name, final=chosen, objective=obj)
     out.screen = scr.summary() if scr is not None else None
     if store is not None:

@@ -69,21 +69,11 @@ class Candidate:
         return f"{fr}|{dep}"
 
 
-def _catalog(scenario: Scenario):  # noqa: ANN202 - Catalog
-    """Efficiency-calibrated catalog when the perf package offers it, else the scenario's own."""
-    try:
-        from boute.perf import scenario_catalog  # type: ignore[attr-defined]
-
-        return scenario_catalog(scenario)
-    except ImportError:
-        return scenario.catalog
-
-
 def fitting_configs(scenario: Scenario, tier: int, gpu: str, max_gpus: int | None = None) -> tuple[Config, ...]:
     """All (TP, PP) of the tier's model that fit one node of ``gpu`` and the inventory (TP | heads)."""
-    from boute.perf import replica_perf
+    from boute.perf import replica_perf, scenario_catalog
 
-    cat = _catalog(scenario)
+    cat = scenario_catalog(scenario)
     t = scenario.tiers[tier]
     model, spec = cat.model(t.model), cat.gpu(gpu)
     limit = min(spec.gpus_per_node, scenario.cluster.gpus[gpu] if max_gpus is None else max_gpus)
@@ -343,8 +333,10 @@ def is_valid(space: Space, cand: Candidate) -> str | None:
         return f"fractions {cand.fractions} not on the simplex"
     if cand.cost_per_hour > sc.cluster.budget_per_hour + 1e-6:
         return f"cost {cand.cost_per_hour} over budget"
+    from boute.perf import scenario_catalog
+
     used: dict[str, int] = {}
-    cat = _catalog(sc)
+    cat = scenario_catalog(sc)
     for g in cand.deployment:
         used[g.gpu] = used.get(g.gpu, 0) + g.gpus_used
         if cat.model(g.model).heads % g.tp:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -28,14 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from boute.catalog import Catalog, Efficiency
 from boute.errors import SpecError, from_validation_error
+from boute.perf.dataset import METRICS, Metric
 from boute.perf.model import DEFAULT_MEM_FRACTION, replica_perf
 from boute.specs.io import read_mapping, write_atomic
 
 if TYPE_CHECKING:
     from boute.specs.scenario import Scenario
 
-Metric = Literal["ttft_ms", "tpot_ms", "output_tokens_per_s"]
-METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tokens_per_s")
 FACTORS: tuple[str, ...] = ("compute", "compute_fp8", "bandwidth", "link", "step_overhead_ms")
 #: search bounds of each factor while fitting
 _BOUNDS: dict[str, tuple[float, float]] = {

@@ -12,11 +12,18 @@ import csv
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Literal
+from typing import Literal, TypeGuard, get_args
 
 Mode = Literal["static", "max_throughput", "online_rate", "concurrency"]
-MODES: tuple[str, ...] = ("static", "max_throughput", "online_rate", "concurrency")
-METRICS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "output_tokens_per_s")
+MODES: tuple[str, ...] = get_args(Mode)
+#: what a published row or a measured point (:class:`boute.perf.calibration.MeasuredPoint`) can hold
+Metric = Literal["ttft_ms", "tpot_ms", "output_tokens_per_s"]
+METRICS: tuple[str, ...] = get_args(Metric)
+
+
+def is_metric(name: str) -> TypeGuard[Metric]:
+    """Whether ``name`` is one of :data:`METRICS` (and, for the type checker, a :data:`Metric`)."""
+    return name in METRICS
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
 from boute.catalog import Catalog, builtin_catalog
 from boute.perf.calibration import MeasuredPoint, predict_point
-from boute.perf.dataset import PublishedRow, published_rows
+from boute.perf.dataset import PublishedRow, is_metric, published_rows
 from boute.perf.engines import ENGINES
 from boute.perf.model import replica_perf
 
@@ -45,10 +46,12 @@ def to_point(row: PublishedRow) -> MeasuredPoint:
     """A static-batch dataset row as a calibration point (the GPU's own efficiency and overhead apply)."""
     if row.mode != "static":
         raise ValueError(f"row {row.id}: only static-batch rows map to MeasuredPoint (mode {row.mode})")
+    if not is_metric(row.metric):  # a loaded row always holds one (PublishedRow checks)
+        raise ValueError(f"row {row.id}: unknown metric {row.metric!r}")
     return MeasuredPoint(
         model=row.model,
         gpu=row.gpu,
-        metric=row.metric,  # type: ignore[arg-type]
+        metric=row.metric,
         value=row.value,
         batch=row.batch or 1,
         input_len=row.input_len,
@@ -76,18 +79,26 @@ REFERENCE: tuple[MeasuredPoint, ...] = tuple(
 HELD_OUT: tuple[MeasuredPoint, ...] = tuple(to_point(r) for r in _table_rows() if _key(r) not in _REFERENCE_KEYS)
 
 
-def compare(points: Sequence[MeasuredPoint], catalog: Catalog | None = None) -> list[dict[str, object]]:
-    """Predicted vs published for each point; ``error_pct`` = 100 * (predicted - published) / published."""
+class Comparison(TypedDict):
+    """One point predicted vs published (a dict: tests and the docs' tables read it by key)."""
+
+    point: MeasuredPoint
+    predicted: float
+    error_pct: float  # 100 * (predicted - published) / published
+
+
+def compare(points: Sequence[MeasuredPoint], catalog: Catalog | None = None) -> list[Comparison]:
+    """Predicted vs published for each point."""
     cat = catalog or builtin_catalog()
     rows = []
     for p in points:
         pred = predict_point(p, cat)
-        rows.append({"point": p, "predicted": pred, "error_pct": 100.0 * (pred - p.value) / p.value})
+        rows.append(Comparison(point=p, predicted=pred, error_pct=100.0 * (pred - p.value) / p.value))
     return rows
 
 
 def median_abs_error_pct(points: Sequence[MeasuredPoint], catalog: Catalog | None = None) -> float:
-    return float(np.median([abs(float(r["error_pct"])) for r in compare(points, catalog)]))  # type: ignore[arg-type]
+    return float(np.median([abs(r["error_pct"]) for r in compare(points, catalog)]))
 
 
 def batch1_bandwidth_share(model: str, gpu: str, tp: int, dtype: str, catalog: Catalog | None = None) -> float:
@@ -113,13 +124,13 @@ def markdown_table(points: Sequence[MeasuredPoint], catalog: Catalog | None = No
     ]
     rows = compare(points, catalog)
     for r in rows:
-        p: MeasuredPoint = r["point"]  # type: ignore[assignment]
+        p = r["point"]
         unit = " ms" if p.metric == "ttft_ms" else ""
         lines.append(
             f"| {p.model} | {p.gpu} | {p.tp} | {p.dtype} | {_label(p)} | {p.value:,.0f}{unit} "
-            f"| {float(r['predicted']):,.0f}{unit} | {float(r['error_pct']):+.1f}% |"  # type: ignore[arg-type]
+            f"| {r['predicted']:,.0f}{unit} | {r['error_pct']:+.1f}% |"
         )
-    med = float(np.median([abs(float(r["error_pct"])) for r in rows]))  # type: ignore[arg-type]
+    med = float(np.median([abs(r["error_pct"]) for r in rows]))
     lines.append("")
     lines.append(f"Median absolute error: {med:.1f}% over {len(rows)} rows.")
     return "\n".join(lines)

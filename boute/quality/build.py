@@ -168,7 +168,7 @@ def verifier_scores(
         raise BouteError(f"{profile.source}: no recorded responses for '{missing[0]}': the cascade verifier needs them")
     # Trained on the judged tiers' own answers only: that is the distribution it scores, and embedding the
     # largest tier's answers too would double the (slow, CPU) embedding work for little gain.
-    remb = Embedder(cache_dir, **RESPONSE_EMBED)  # type: ignore[arg-type]
+    remb = Embedder(cache_dir, **RESPONSE_EMBED)
     r_embs = {m: remb.embed(profile.responses[m]) for m in judged}
     labels = {m: profile.column(m) for m in judged}
     responses = {m: profile.responses[m] for m in judged}

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
@@ -67,6 +67,14 @@ def _load(max_tokens: int, truncate: str) -> tuple[Any, Any]:
     tok.no_padding()
     model = AutoModel.from_pretrained(str(d)).eval()
     return tok, model
+
+
+class EmbedOptions(TypedDict, total=False):
+    """Keyword options of :class:`Embedder` that a caller fixes once (e.g. the verifier's response embedding)."""
+
+    batch_size: int
+    max_tokens: int
+    truncate: Literal["right", "left"]
 
 
 class Embedder:

@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from boute.errors import SpecError
+from boute.quality.embed import EmbedOptions
 from boute.quality.router import LinearHead, fit_head, load_head, shape_features
 
 VERIFIER_FORMAT = "boute-verifier/1"
-RESPONSE_EMBED = {"max_tokens": 128, "truncate": "left"}
+#: how responses are embedded for the verifier: their end, where the final answer is
+RESPONSE_EMBED = EmbedOptions(max_tokens=128, truncate="left")
 
 JUDGE_TEMPLATE = (
     "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant "
@@ -172,7 +174,7 @@ class OfflineVerifier:
         from boute.quality.embed import Embedder
 
         pe = Embedder(self.cache_dir)
-        re_ = Embedder(self.cache_dir, **RESPONSE_EMBED)  # type: ignore[arg-type]
+        re_ = Embedder(self.cache_dir, **RESPONSE_EMBED)
         cache = len(prompts) >= 32
         ep = pe.embed(prompts) if cache else pe.encode(list(prompts))
         er = re_.embed(responses) if cache else re_.encode(list(responses))

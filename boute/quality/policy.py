@@ -42,7 +42,12 @@ class PolicyResult:
 
 def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
     """Validated fractions as a list of floats (plain Python: this runs on every policy evaluation)."""
-    f: list[float] = fractions.tolist() if isinstance(fractions, np.ndarray) else list(fractions)  # type: ignore[arg-type]
+    if isinstance(fractions, np.ndarray):
+        f: list[float] = fractions.tolist()
+    elif isinstance(fractions, list | tuple):
+        f = list(fractions)
+    else:  # any other array-like (a scalar then fails the length check)
+        f = np.asarray(fractions, dtype=float).reshape(-1).tolist()
     if len(f) != n:
         raise ValueError(f"fractions: expected {n} values (one per tier), got {len(f)}")
     total = 0.0

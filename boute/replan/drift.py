@@ -97,15 +97,18 @@ class DriftDetector:
         ev = {"observed_rps": w.rate_rps, "planned_rps": p.rate_rps, "ratio": ratio}
         out["rate_high"] = (ratio > 1 + t.rate_up, ratio > 1 + t.rate_up / 2, ev)
         out["rate_low"] = (ratio < 1 - t.rate_down, ratio < 1 - t.rate_down / 2, ev)
-        for kind, now, ref in (
+        baseline = self.answer_baseline if self.answer_baseline is not None else np.zeros(0)
+        mixes: tuple[tuple[str, np.ndarray, np.ndarray], ...] = (
             ("prompt_mix", w.prompt_chars, p.prompt_chars),
             ("score_mix", w.scores, p.scores),
-            ("answer_mix", w.answer_tokens, self.answer_baseline if self.answer_baseline is not None else []),
-        ):
-            d, pv = ks(np.asarray(now), np.asarray(ref))
-            ev = {"ks_d": d, "p_value": pv, "mean_now": float(np.mean(now)) if len(now) else None}
-            ev["mean_ref"] = float(np.mean(ref)) if len(ref) else None
-            out[kind] = (d > t.ks_d and pv < t.ks_p, d > t.ks_d / 2, ev)
+            ("answer_mix", w.answer_tokens, baseline),
+        )
+        for kind, now, ref in mixes:
+            d, pv = ks(now, ref)
+            mix: dict[str, Any] = {"ks_d": d, "p_value": pv}
+            mix["mean_now"] = float(np.mean(now)) if len(now) else None
+            mix["mean_ref"] = float(np.mean(ref)) if len(ref) else None
+            out[kind] = (d > t.ks_d and pv < t.ks_p, d > t.ks_d / 2, mix)
         if p.p95_s is not None and np.isfinite(w.p95_s):
             over = w.p95_s / p.p95_s - 1.0
             ev = {"p95_s": w.p95_s, "promised_s": p.p95_s, "over": over}

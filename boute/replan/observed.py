@@ -12,15 +12,16 @@ from boute.errors import BouteError
 from boute.replan.drift import Promise, Trigger
 from boute.replan.window import Window, group_key
 from boute.serving.bundle import plan_scenario
-from boute.specs import Plan, Scenario
+from boute.specs import Plan, ReplicaGroup, Scenario
 
 #: a re-plan sizes for the observed rate times this: a plan born at its own edge re-triggers at once
 RATE_HEADROOM = 1.10
 
 
-def promise_of(plan: Plan, plan_path: str | Path, root: Path | None = None) -> Promise:
-    """The plan's promise in the gateway's units: its scenario's rate and the predicted P95, its reference
-    prompts' lengths in characters and its own router's scores on them, its replica groups."""
+def promise_of(plan: Plan, plan_path: str | Path, root: Path | None = None, rate_rps: float | None = None) -> Promise:
+    """The plan's promise in the gateway's units: its scenario's rate (``rate_rps``: the load it was judged
+    fit for since, when a re-plan kept it) and the predicted P95, its reference prompts' lengths in
+    characters and its own router's scores on them, its replica groups."""
     from boute.quality.profiles import load_profile
 
     sc = plan_scenario(plan, plan_path, root)
@@ -40,12 +41,22 @@ def promise_of(plan: Plan, plan_path: str | Path, root: Path | None = None) -> P
         groups[key] = groups.get(key, 0) + g.count
     p95 = plan.predicted.p95_latency_s if plan.predicted is not None else None
     return Promise(
-        rate_rps=float(sc.workload.rate_rps),
+        rate_rps=float(rate_rps if rate_rps is not None else sc.workload.rate_rps),
         p95_s=p95,
         prompt_chars=np.array([len(p) for p in prompts], dtype=float),
         scores=scores,
         groups=groups,
     )
+
+
+def healthy_deployment(plan: Plan, w: Window) -> list[ReplicaGroup]:
+    """The plan's replica groups as they stand: each with only its healthy replicas (empty groups dropped)."""
+    out = []
+    for g in plan.deployment:
+        n = min(g.count, w.healthy.get(group_key(g.tier, g.gpu, g.tp, g.pp), 0))
+        if n > 0:
+            out.append(g.model_copy(update={"count": n}))
+    return out
 
 
 def lost_gpus(plan: Plan, w: Window) -> dict[str, int]:
@@ -67,10 +78,11 @@ def observed_scenario(
     answer_baseline: np.ndarray | None,
     fired: Sequence[Trigger],
     headroom: float = RATE_HEADROOM,
+    rate_rps: float | None = None,
 ) -> Scenario:
     """``sc`` with the observed workload and the healthy fleet:
 
-    - rate: the observed rate times ``headroom``;
+    - rate: the observed rate (``rate_rps``: a more recent estimate, when given) times ``headroom``;
     - lengths: prompt and answer lengths scaled by the observed shift when a mix trigger fired (prompts
       against the plan's reference, answers against the first window the plan served);
     - inventory: GPUs of replica groups that are down are taken out (a lost GPU type ends with none).
@@ -84,7 +96,7 @@ def observed_scenario(
     if "answer_mix" in kinds and answer_baseline is not None and len(w.answer_tokens) and len(answer_baseline):
         shift = float(np.mean(w.answer_tokens) / np.mean(answer_baseline))
         lengths = lengths.model_copy(update={"output_scale": lengths.output_scale * shift})
-    rate = max(w.rate_rps, 1e-3) * headroom
+    rate = max(rate_rps if rate_rps is not None else w.rate_rps, 1e-3) * headroom
     workload = wl.model_copy(update={"rate_rps": rate, "lengths": lengths})
     gpus = dict(sc.cluster.gpus)
     for gpu, n in lost_gpus(plan, w).items():

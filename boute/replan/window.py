@@ -21,6 +21,8 @@ import numpy as np
 
 #: values kept per interval and quantity: enough for a two-sample test over a window of many intervals
 SAMPLE = 256
+#: snapshots kept in Redis (per prefix, all instances): an hour of 5 s intervals from a few instances
+KEEP = 4096
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ class Reservoir:
     __slots__ = ("k", "n", "values", "_rng")
 
     def __init__(self, k: int = SAMPLE, seed: int | None = None) -> None:
-        self.k, self.n, self.values = k, 0, []  # type: list[float]
+        self.k, self.n = k, 0
+        self.values: list[float] = []
         self._rng = random.Random(seed)
 
     def add(self, v: float) -> None:
@@ -119,12 +122,12 @@ def _weighted_sample(
     parts: Sequence[tuple[list[float] | list[int], int]], k: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Draw ``k`` values from per-interval samples, each interval in proportion to its request count."""
-    parts = [(np.asarray(v, dtype=float), n) for v, n in parts if len(v) and n > 0]
-    if not parts:
+    arrays = [(np.asarray(v, dtype=float), n) for v, n in parts if len(v) and n > 0]
+    if not arrays:
         return np.zeros(0)
-    weights = np.concatenate([np.full(len(v), n / len(v)) for v, n in parts])
-    values = np.concatenate([v for v, _ in parts])
-    take = min(k, int(sum(n for _, n in parts)))
+    weights = np.concatenate([np.full(len(v), n / len(v)) for v, n in arrays])
+    values = np.concatenate([v for v, _ in arrays])
+    take = min(k, int(sum(n for _, n in arrays)))
     return rng.choice(values, size=take, replace=True, p=weights / weights.sum())
 
 
@@ -174,3 +177,18 @@ def merge(snapshots: Iterable[Snapshot], now: float, span_s: float, seed: int = 
         healthy=healthy,
         instances=len(instances),
     )
+
+
+def read_snapshots(redis_url: str, key: str) -> list[Snapshot]:
+    """Every snapshot the gateways pushed under ``key`` (newest first); unreadable entries are skipped."""
+    import redis
+
+    with redis.Redis.from_url(redis_url, socket_connect_timeout=2.0, socket_timeout=5.0) as r:
+        raw = r.lrange(key, 0, KEEP - 1)
+    out = []
+    for item in raw:
+        try:
+            out.append(Snapshot.from_json(item))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out

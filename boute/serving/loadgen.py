@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     cpu0 = _cpu_s()
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         t0 = loop.time() + 0.05
+        t0_epoch = time.time() + (t0 - loop.time())  # wall clock of send_at 0, to line results up with logs
 
         async def one(i: int) -> None:
             await asyncio.sleep(max(0.0, t0 + send_at[i] - loop.time()))
@@ -70,6 +72,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "text": text,
         "wall_s": wall,
         "cpu_s": _cpu_s() - cpu0,
+        "t0_epoch": t0_epoch,
     }
 
 

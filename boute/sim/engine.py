@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from boute.catalog import Catalog
 from boute.errors import BouteError, InfeasibleError
+from boute.perf import replica_perf, scenario_catalog
 from boute.sim.capacity import Lengths, capacity_rps
 from boute.sim.replica import DECODE, IDLE, Replica
 from boute.sim.result import SimResult
@@ -28,14 +28,6 @@ from boute.workload import Workload
 
 #: seconds a cascade spends judging a response before escalating (an offline verifier's forward pass)
 JUDGE_DELAY_S = 0.05
-
-
-def scenario_catalog(scenario: Scenario) -> Catalog:
-    """The scenario's catalog with its calibration applied (``boute.perf.scenario_catalog`` if present)."""
-    import boute.perf as perf
-
-    fn = getattr(perf, "scenario_catalog", None)
-    return fn(scenario) if fn is not None else scenario.catalog
 
 
 def plan_cost(deployment: Sequence[ReplicaGroup], scenario: Scenario) -> float:
@@ -51,8 +43,6 @@ def group_timings(
     deployment: Sequence[ReplicaGroup], scenario: Scenario, chunk: int, max_running: int
 ) -> list[ReplicaTiming]:
     """Tabulated timing of each group; a group whose model does not fit raises InfeasibleError."""
-    from boute.perf import replica_perf
-
     cat = scenario_catalog(scenario)
     out = []
     for i, g in enumerate(deployment):

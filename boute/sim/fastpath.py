@@ -27,10 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammainc
 
+from boute.catalog import Catalog
 from boute.errors import InfeasibleError
+from boute.perf import replica_perf, scenario_catalog
 from boute.sim.capacity import Lengths, OperatingPoint, capacity_rps, kv_batch, operating_point, prefill_queue
 from boute.sim.confidence import BASE_BAND, Confidence, assess, needs_confirmation
-from boute.sim.engine import JUDGE_DELAY_S, group_label, plan_cost, scenario_catalog
+from boute.sim.engine import JUDGE_DELAY_S, group_label, plan_cost
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
 from boute.specs.plan import ReplicaGroup
 from boute.specs.scenario import Scenario
@@ -67,7 +69,7 @@ class FastResult:
 
 
 # ---- caches: the optimiser calls us thousands of times with the same scenario and few replica types ----
-_CATALOGS: dict[int, tuple[Scenario, object]] = {}
+_CATALOGS: dict[int, tuple[Scenario, Catalog]] = {}
 _TIMINGS: dict[tuple, ReplicaTiming | str] = {}
 _CAPS: dict[tuple, tuple[float, int]] = {}
 
@@ -83,9 +85,7 @@ def _timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_running
     key = (id(cat), g.model, g.gpu, g.tp, g.pp, g.dtype, chunk, max_running)
     tm = _TIMINGS.get(key)
     if tm is None:
-        from boute.perf import replica_perf
-
-        perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)  # type: ignore[attr-defined]
+        perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)
         tm = build_timing(perf, chunk, max_running) if perf.fits else perf.reason
         if len(_TIMINGS) > 4096:
             _TIMINGS.clear()

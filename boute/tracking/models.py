@@ -143,3 +143,23 @@ class ProfilePoint(Base):
     errors: Mapped[list[str]] = mapped_column(JSON, default=list)
 
     run: Mapped[ProfileRun] = relationship(back_populates="points")
+
+
+class ReplanRow(Base):
+    """One re-planning decision of ``boute replan``: what triggered it (with the evidence), the plan that ran,
+    the plan proposed for the observed workload, the predicted gain, and what became of it."""
+
+    __tablename__ = "replans"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(1000), index=True)
+    triggers: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # [{kind, at, evidence}]
+    old_plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    new_plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    observed: Mapped[dict[str, Any]] = mapped_column(JSON)  # the window's summary
+    gain: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # old vs new under the observed load
+    experiment: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    status: Mapped[str] = mapped_column(String(20))  # proposed (dry run) | deployed | infeasible | failed
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)  # trigger to plan live (or to the verdict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

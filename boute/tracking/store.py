@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from boute.errors import BouteError
-from boute.tracking.models import Experiment, ParetoFront, PlanRow, ProfilePoint, ProfileRun, TrialRow
+from boute.tracking.models import Experiment, ParetoFront, PlanRow, ProfilePoint, ProfileRun, ReplanRow, TrialRow
 
 DEFAULT_URL = "sqlite:///boute.db"
 #: settings keys a run records about itself (not what it was asked to do): a resume need not match them
@@ -271,6 +271,24 @@ class Store:
             if gpu is not None:
                 q = q.where(ProfileRun.gpu == gpu)
             return [self._run_dict(r, counts.get(r.id, 0)) for r in s.scalars(q)]
+
+    # ---- re-planning ------------------------------------------------------------------------------
+    def add_replan(self, row: dict[str, Any]) -> int:
+        """Record one re-planning decision (``ReplanRow`` columns) in one transaction; returns its id."""
+        with self.tx() as s:
+            r = ReplanRow(**row)
+            s.add(r)
+            s.flush()
+            return int(r.id)
+
+    def replans(self, deployment: str | None = None) -> list[dict[str, Any]]:
+        """Recorded re-planning decisions (of one deployment folder, when given), oldest first."""
+        with self.tx() as s:
+            q = select(ReplanRow).order_by(ReplanRow.id)
+            if deployment is not None:
+                q = q.where(ReplanRow.deployment == deployment)
+            cols = [c.name for c in ReplanRow.__table__.columns]
+            return [{c: getattr(r, c) for c in cols} for r in s.scalars(q)]
 
     def profile_run(self, run_id: int) -> dict[str, Any] | None:
         """One run (as in :meth:`profile_runs`), or ``None`` when no run has that id."""

@@ -19,6 +19,8 @@ def run() -> None:
             context.run_migrations()
         return
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SystemExit("alembic: no database URL (pass -x url=... or set sqlalchemy.url in alembic.ini)")
     engine = create_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True)

@@ -1,0 +1,90 @@
+"""Warm start: what earlier searches evaluated, re-scored under the observed workload, seeds the new one.
+
+The tracking DB holds every plan an earlier search evaluated. Under a new workload their old figures are
+stale, but the plans are not: re-scoring them with the fast evaluator costs milliseconds each, and a
+search that resumes from them (strategies are stateless over history, so a resumed search continues
+from whatever trials it is handed) skips the initial design and starts from plans known to be near
+the front. Plans the new fleet cannot hold (a lost GPU type) are mapped onto it by the space's own
+repair, as any proposal is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from boute.optimize.evaluators import Evaluator
+from boute.optimize.result import Trial
+from boute.optimize.session import settings_of, trial_from_row, trial_row
+from boute.optimize.space import Candidate, Space
+from boute.specs import Scenario
+
+
+def _rank(row: Any) -> tuple[int, float]:
+    """Plans that met the targets first, then by P95: the most promising are re-scored first."""
+    m = row.metrics or {}
+    p95 = float(m.get("p95_latency_s", math.inf))
+    return (0 if m.get("feasible") else 1, p95)
+
+
+def warm_trials(
+    store: Any,
+    experiments: list[str],
+    scenario: Scenario,
+    evaluator: Evaluator,
+    limit: int = 40,
+    first: Sequence[Candidate] = (),
+) -> list[Trial]:
+    """Up to ``limit`` distinct plans, re-scored under ``scenario``: ``first`` (the running plan: a re-plan
+    must be able to keep it), then the complete trials of ``experiments``, most promising first."""
+    space = Space.build(scenario)
+    rows = []
+    for name in experiments:
+        exp = store.experiment(name)
+        if exp is not None:
+            rows += [r for r in store.trial_rows(exp.id) if r.status in ("complete", "confirmed") and r.metrics]
+    out: list[Trial] = []
+    seen: set[str] = set()
+    candidates = [*first, *(trial_from_row(r).candidate for r in sorted(rows, key=_rank))]
+    for raw in candidates:
+        try:
+            cand = space.decode(space.encode(raw))
+        except (ValueError, KeyError, IndexError):
+            continue  # a plan this space cannot express at all (another tier set)
+        key = cand.key()
+        if key in seen:
+            continue
+        seen.add(key)
+        z = tuple(float(v) for v in space.encode(cand))
+        out.append(Trial(len(out), z, z, cand, evaluator(cand)))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def seed_experiment(
+    store: Any,
+    name: str,
+    scenario: Scenario,
+    trials: list[Trial],
+    *,
+    strategy: str = "mobo",
+    evaluator: str = "fast",
+    seed: int = 0,
+    mode: str = "preroute",
+) -> None:
+    """Create experiment ``name`` holding ``trials``, so ``boute optimize --experiment name`` resumes from them
+    (its settings are the ones that run computes for ``scenario``)."""
+    exp, resumed = store.open_experiment(
+        name,
+        scenario=scenario.name,
+        strategy=strategy,
+        evaluator=evaluator,
+        seed=seed,
+        settings=settings_of(scenario, mode, None),
+    )
+    if resumed:
+        return
+    for t in trials:
+        store.add_trial(exp.id, trial_row(t))
