@@ -169,17 +169,27 @@ def analyse(
     if after_change:
         out["detect_s"] = round(after_change[0][0] - change_at, 1)
     if live_after:
-        t_live, d = live_after[0]
-        out["new_plan_live_s"] = round(t_live - change_at, 1)
-        out["p95_during_s"] = _p95(lat[ok & (send >= change_at) & (send < t_live)])
-        settle = t_live + 30.0
-        out["p95_after_s"] = _p95(lat[ok & (send >= settle)])
-        out["promised_p95_after_s"] = (d.get("new_plan") or {}).get("predicted", {}).get("p95_latency_s")
-        out["gain"] = d.get("gain")
-        out["new_deployment"] = (d.get("new_plan") or {}).get("deployment")
-        out["triggers_of_replan"] = [t["kind"] for t in d["triggers"]]
+        out["new_plan_live_s"] = round(live_after[0][0] - change_at, 1)
+        out["p95_during_s"] = _p95(lat[ok & (send >= change_at) & (send < live_after[0][0])])
     else:
         out["p95_after_change_s"] = _p95(lat[ok & (send >= change_at)])
+    # each re-plan: when it went live, what it promised, and what was served from 30 s after it to the next
+    phases = []
+    for i, (t_live, d) in enumerate(live):
+        end = live[i + 1][0] if i + 1 < len(live) else float(send[-1]) + 1.0
+        sel = ok & (send >= t_live + 30.0) & (send < end)
+        phases.append(
+            {
+                "live_at_s": round(t_live, 1),
+                "triggers": [t["kind"] for t in d["triggers"]],
+                "promised_p95_s": ((d.get("new_plan") or {}).get("predicted") or {}).get("p95_latency_s"),
+                "served_p95_s": _p95(lat[sel]),
+                "requests": int(sel.sum()),
+                "gain": d.get("gain"),
+                "deployment": (d.get("new_plan") or {}).get("deployment"),
+            }
+        )
+    out["replanned"] = phases
     out["replans"] = [{"status": d["status"], "detail": d.get("detail")} for d in decisions]
     return out
 
