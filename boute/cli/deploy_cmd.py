@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from boute.cli.options import positive
+from boute.cli.options import DEPLOY_DIR, deployment_dir, positive
 from boute.errors import BouteError
 
 
@@ -69,14 +69,7 @@ def _table(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_DIR = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]")
 _JSON = typer.Option(False, "--json", help="print one JSON object")
-
-
-def _dir(directory: Path | None) -> Path:
-    from backends.deploy.state import default_dir
-
-    return (directory or default_dir()).expanduser().resolve()
 
 
 def register(app: typer.Typer) -> None:
@@ -95,7 +88,7 @@ def register(app: typer.Typer) -> None:
             help="Redis the gateway reads its registry from",
         ),
         prefix: str = typer.Option("boute", "--prefix", help="Redis key prefix (the gateway's --redis-prefix)"),
-        directory: Path | None = _DIR,
+        directory: Path | None = DEPLOY_DIR,
         speedup: float = typer.Option(
             1.0, "--speedup", callback=positive, help="emulated backends run this much faster than modelled"
         ),
@@ -117,7 +110,7 @@ def register(app: typer.Typer) -> None:
         """Deploy a plan; while one runs, a rolling update to it."""
         from backends.deploy.state import read_state, running
 
-        d = _dir(directory)
+        d = deployment_dir(directory)
         _deploy(
             plan,
             d,
@@ -136,11 +129,11 @@ def register(app: typer.Typer) -> None:
         )
 
     @deploy.command("status")
-    def status_cmd(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+    def status_cmd(directory: Path | None = DEPLOY_DIR, as_json: bool = _JSON) -> None:
         """The deployment's state: replicas, registration, restarts, gateway."""
         from backends.deploy.state import read_state, running
 
-        d = _dir(directory)
+        d = deployment_dir(directory)
         st = read_state(d)
         if st is None:
             raise BouteError(f"deploy status: nothing deployed in {d}")
@@ -149,9 +142,9 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(st, indent=2) if as_json else _table(st))
 
     @deploy.command("down")
-    def down_cmd(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+    def down_cmd(directory: Path | None = DEPLOY_DIR, as_json: bool = _JSON) -> None:
         """Stop the controller: replicas are drained, deregistered and stopped."""
-        _down(_dir(directory), as_json)
+        _down(deployment_dir(directory), as_json)
 
 
 def _down(d: Path, as_json: bool = False) -> None:

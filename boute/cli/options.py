@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+#: the deployment state folder option of `boute deploy ...`, `boute replan` and `boute status`
+DEPLOY_DIR = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]")
+
+
+def deployment_dir(directory: Path | None) -> Path:
+    """The deployment folder a command works on: ``--dir``, else ``$BOUTE_DEPLOY_DIR`` or ~/.boute/deploy."""
+    from backends.deploy.state import default_dir
+
+    return (directory or default_dir()).expanduser().resolve()
 
 
 def positive(value: float | None) -> float | None:

@@ -8,21 +8,13 @@ from pathlib import Path
 
 import typer
 
-from boute.cli.options import positive
-
-_DIR = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]")
-
-
-def _dir(directory: Path | None) -> Path:
-    from backends.deploy.state import default_dir
-
-    return (directory or default_dir()).expanduser().resolve()
+from boute.cli.options import DEPLOY_DIR, deployment_dir, positive
 
 
 def register(app: typer.Typer) -> None:
     @app.command("replan")
     def replan_cmd(
-        directory: Path | None = _DIR,
+        directory: Path | None = DEPLOY_DIR,
         db: str = typer.Option("sqlite:///boute.db", "--db", help="tracking DB: warm start and the decisions"),
         interval: float = typer.Option(10.0, "--interval", callback=positive, help="seconds between checks"),
         window: float = typer.Option(60.0, "--window", callback=positive, help="seconds of traffic each check judges"),
@@ -51,7 +43,7 @@ def register(app: typer.Typer) -> None:
 
         th = Thresholds(rate_up=rate_up, sustain=sustain, cooldown_s=cooldown, min_requests=min_requests)
         pilot = Autopilot(
-            _dir(directory),
+            deployment_dir(directory),
             db=db,
             thresholds=th,
             window_s=window,
@@ -73,7 +65,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("status")
     def status_cmd(
-        directory: Path | None = _DIR,
+        directory: Path | None = DEPLOY_DIR,
         window: float = typer.Option(60.0, "--window", callback=positive, help="seconds of traffic to summarise"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
@@ -82,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from boute.replan.drift import Thresholds
 
         pilot = Autopilot(
-            _dir(directory), db="sqlite://", thresholds=Thresholds(), window_s=window, max_evals=1,
+            deployment_dir(directory), db="sqlite://", thresholds=Thresholds(), window_s=window, max_evals=1,
             dry_run=True, warm_from=[], say=lambda _: None,
         )  # fmt: skip
         w = pilot.window()
