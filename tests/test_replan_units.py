@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from boute.replan.drift import DriftDetector, Promise, Thresholds
-from boute.replan.window import Reservoir, Snapshot, TierStats, merge
+from boute.replan.decide import Judged, decide
+from boute.replan.drift import DriftDetector, Promise, Thresholds, Trigger
+from boute.replan.window import Reservoir, Snapshot, TierStats, Window, merge
 
 RNG = np.random.default_rng(0)
 REF_PROMPTS = RNG.lognormal(6.0, 0.5, 2000)
@@ -104,3 +107,29 @@ def test_lost_capacity_fires_even_in_the_cooldown_and_longer_answers_fire_answer
         snaps2.append(_snap(t * 5.0, 100, rng, answers=400))
         kinds += [f.kind for f in det2.check(merge(snaps2, now=t * 5.0, span_s=15), now=t * 5.0)]
     assert kinds == ["answer_mix"]
+
+
+def _window(*, failed: int = 0, p95: float = 3.0) -> Window:
+    w = merge([_snap(100.0 + 5 * i, 100.0, np.random.default_rng(i), p95=p95) for i in range(6)], 131.0, 60.0)
+    return dataclasses.replace(w, tier_failed={"small": failed}, p95_s=p95)
+
+
+def test_measured_distress_rolls_out_even_when_the_fast_path_says_the_running_plan_copes() -> None:
+    copes, better = Judged(3.0, True), Judged(2.99, True)  # the new plan is not 5% better
+    for kind in ("capacity_lost", "rate_high", "p95_over"):
+        d = decide([Trigger(kind, 0.0, {})], _window(), 3.5, copes, better)
+        assert d.roll_out and kind in d.reason
+    shedding = decide([Trigger("prompt_mix", 0.0, {})], _window(failed=40), 3.5, copes, better)
+    assert shedding.roll_out and "shed" in shedding.reason
+    slow = decide([Trigger("prompt_mix", 0.0, {})], _window(p95=4.0), 3.5, copes, better)
+    assert slow.roll_out and "P95" in slow.reason
+    # capacity lost: rolls out even if the fast path doubts the new plan (optimize found it feasible)
+    assert decide([Trigger("capacity_lost", 0.0, {})], _window(), 3.5, None, Judged(4.0, False)).roll_out
+
+
+def test_without_distress_a_rollout_must_buy_something() -> None:
+    mix = [Trigger("answer_mix", 0.0, {})]
+    assert not decide(mix, _window(), 3.5, Judged(3.0, True), Judged(2.9, True)).roll_out
+    assert decide(mix, _window(), 3.5, Judged(3.0, True), Judged(2.5, True)).roll_out
+    assert decide(mix, _window(), 3.5, Judged(3.6, False), Judged(3.4, True)).roll_out
+    assert not decide(mix, _window(), 3.5, Judged(3.6, False), Judged(3.8, False)).roll_out

@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from boute.errors import BouteError
+from boute.replan.decide import Judged, decide
 from boute.replan.drift import DriftDetector, Thresholds, Trigger
 from boute.replan.observed import healthy_deployment, observed_scenario, promise_of
 from boute.replan.window import Window, merge, read_snapshots
@@ -30,9 +31,6 @@ from boute.specs import Plan, Scenario
 DESIRED, CONFIG = "desired.json", "config.json"
 #: intervals of the most recent traffic whose rate a re-plan sizes for
 RECENT_INTERVALS = 3
-#: a new plan is rolled out when the running one fails the targets under the observed load, or when the new
-#: one's P95 is this much lower (both by the fast path, like with like)
-MIN_GAIN = 0.05
 
 
 def recent_span(snaps: list[Any], window_s: float) -> float:
@@ -161,7 +159,13 @@ class Autopilot:
                 tuple(new.routing.fractions or ()), tuple(new.deployment), float(plan_cost(list(new.deployment), obs))
             )
         )
-        better = before is None or not before.feasible or after.p95_latency_s < (1 - MIN_GAIN) * before.p95_latency_s
+        verdict = decide(
+            fired,
+            w,
+            self.detector.promise.p95_s,
+            None if before is None else Judged(before.p95_latency_s, before.feasible),
+            Judged(after.p95_latency_s, after.feasible),
+        )
         gain = {
             "warm_trials": len(warm),
             "search_s": round(search_s, 2),
@@ -175,18 +179,20 @@ class Autopilot:
                 "p95_latency_s": pred.p95_latency_s, "cost_per_hour": pred.cost_per_hour, "quality": pred.quality,
             },
         }  # fmt: skip
-        record |= {"new_plan": new.model_dump(mode="json", exclude_none=True), "gain": _json_safe(gain)}
-        if not better:  # the running plan still meets the targets at least as well: a rollout buys nothing
-            self.say(
-                f"re-plan {n}: the running plan stays (new plan not {MIN_GAIN:.0%} better under the observed load)"
-            )
+        record |= {
+            "new_plan": new.model_dump(mode="json", exclude_none=True),
+            "gain": _json_safe(gain),
+            "detail": verdict.reason,
+        }
+        if not verdict.roll_out:
+            self.say(f"re-plan {n}: the running plan stays ({verdict.reason})")
             self._record(record | {"status": "kept", "wall_s": time.time() - t_trigger})
             self.detector.replanned(
                 promise_of(self.plan, self.dir / DESIRED, rate_rps=obs.workload.rate_rps), time.time()
             )
             return record
         if self.dry_run:
-            self.say(f"re-plan {n} proposed (dry run): {out}")
+            self.say(f"re-plan {n} proposed (dry run; {verdict.reason}): {out}")
             self._record(record | {"status": "proposed", "wall_s": time.time() - t_trigger})
             self.detector.replanned(self.detector.promise, time.time())
             return record
@@ -194,13 +200,15 @@ class Autopilot:
         if d.returncode != 0:
             reason = (d.stderr.strip().splitlines() or ["deploy failed"])[-1]
             self.say(f"re-plan {n}: rollout failed ({reason})")
-            self._record(record | {"status": "failed", "detail": reason, "wall_s": time.time() - t_trigger})
+            self._record(
+                record | {"status": "failed", "detail": f"rollout failed: {reason}", "wall_s": time.time() - t_trigger}
+            )
             return record
         live = time.time()
         self.plan, self.sc = self._load(self.dir / DESIRED)
         self.detector.replanned(promise_of(self.plan, self.dir / DESIRED), live)
         self.warm_from = [name]
-        self.say(f"re-plan {n} live after {live - t_trigger:.1f} s (search {search_s:.1f} s): {out}")
+        self.say(f"re-plan {n} live after {live - t_trigger:.1f} s (search {search_s:.1f} s; {verdict.reason}): {out}")
         self._record(record | {"status": "deployed", "wall_s": live - t_trigger})
         return record
 

@@ -159,7 +159,9 @@ class ReplanRow(Base):
     observed: Mapped[dict[str, Any]] = mapped_column(JSON)  # the window's summary
     gain: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # old vs new under the observed load
     experiment: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    status: Mapped[str] = mapped_column(String(20))  # proposed (dry run) | deployed | infeasible | failed
+    status: Mapped[str] = mapped_column(
+        String(20)
+    )  # proposed (dry run) | deployed | kept | infeasible | failed; detail: why
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     wall_s: Mapped[float] = mapped_column(Float, default=0.0)  # trigger to plan live (or to the verdict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

@@ -1,0 +1,67 @@
+"""Roll out a new plan, or keep the running one? One rule, with the reason it gives.
+
+The fast path judges both plans under the observed load, like with like; but the fast path is a model,
+and a model that says "the running plan copes" while the gateway sheds or misses the SLO is the model
+being wrong, not the traffic. So measured distress wins over predicted comfort:
+
+- lost capacity always rolls out: the running plan still lists replicas that are gone, and keeping it
+  would re-fire the trigger every check without ever restoring the capacity;
+- a rate above the plan's headroom or a P95 over the promise rolls out (the running plan was sized for
+  other traffic, and the window says so);
+- so does a window in which the gateway shed or failed more than ``MAX_FAILED`` of the requests, or
+  measured a P95 above the promise;
+- otherwise (a mix shift, a rate below the plan's) the running plan stays unless, under the observed
+  load, it fails the targets or the new plan's P95 is ``MIN_GAIN`` lower: a rollout must buy something.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from boute.replan.drift import Trigger
+from boute.replan.window import Window
+
+#: triggers that are measured distress: never answered by keeping the plan that produced them
+DISTRESS = frozenset({"capacity_lost", "rate_high", "p95_over"})
+#: shed or failed requests in the window (fraction) above which the running plan is not "coping"
+MAX_FAILED = 0.005
+#: the P95 gain (fraction, fast path) a new plan must bring when nothing is in distress
+MIN_GAIN = 0.05
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One plan under the observed load, by the fast path."""
+
+    p95_latency_s: float
+    feasible: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    roll_out: bool
+    reason: str
+
+
+def decide(
+    fired: list[Trigger], w: Window, promised_p95_s: float | None, before: Judged | None, after: Judged
+) -> Decision:
+    """Whether the new plan (``after``) replaces the running one (``before``: ``None`` when it cannot be
+    judged, e.g. a loaded tier left without replicas). Under distress the new plan rolls out whatever the
+    fast path says of it (``boute optimize`` found it feasible with its own evaluator, and it is sized for the
+    traffic now); otherwise only a new plan the fast path finds feasible replaces the running one."""
+    distress = sorted({t.kind for t in fired} & DISTRESS)
+    if distress:
+        return Decision(True, "measured distress: " + ", ".join(distress))
+    failed = sum(w.tier_failed.values())
+    if w.requests and failed / w.requests > MAX_FAILED:
+        return Decision(True, f"{failed} of {w.requests} requests shed or failed in the window")
+    if promised_p95_s is not None and w.p95_s > promised_p95_s:
+        return Decision(True, f"measured P95 {w.p95_s:.2f} s above the promised {promised_p95_s:.2f} s")
+    if not after.feasible:
+        return Decision(False, "the new plan does not meet the targets under the observed load")
+    if before is None or not before.feasible:
+        return Decision(True, "the running plan does not meet the targets under the observed load")
+    if after.p95_latency_s < (1 - MIN_GAIN) * before.p95_latency_s:
+        return Decision(True, f"P95 {before.p95_latency_s:.2f} -> {after.p95_latency_s:.2f} s under the observed load")
+    return Decision(False, f"the running plan copes and the new one is not {MIN_GAIN:.0%} better")
