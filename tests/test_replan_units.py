@@ -109,27 +109,32 @@ def test_lost_capacity_fires_even_in_the_cooldown_and_longer_answers_fire_answer
     assert kinds == ["answer_mix"]
 
 
-def _window(*, failed: int = 0, p95: float = 3.0) -> Window:
-    w = merge([_snap(100.0 + 5 * i, 100.0, np.random.default_rng(i), p95=p95) for i in range(6)], 131.0, 60.0)
-    return dataclasses.replace(w, tier_failed={"small": failed}, p95_s=p95)
+def _window(*, failed: int = 0) -> Window:
+    w = merge([_snap(100.0 + 5 * i, 100.0, np.random.default_rng(i)) for i in range(6)], 131.0, 60.0)
+    return dataclasses.replace(w, tier_failed={"small": failed})
 
 
 def test_measured_distress_rolls_out_even_when_the_fast_path_says_the_running_plan_copes() -> None:
-    copes, better = Judged(3.0, True), Judged(2.99, True)  # the new plan is not 5% better
+    copes, better = Judged(3.0, 20.0, True), Judged(2.99, 20.0, True)  # the new plan is not 5% better
     for kind in ("capacity_lost", "rate_high", "p95_over"):
-        d = decide([Trigger(kind, 0.0, {})], _window(), 3.5, copes, better)
+        d = decide([Trigger(kind, 0.0, {})], _window(), "latency", copes, better)
         assert d.roll_out and kind in d.reason
-    shedding = decide([Trigger("prompt_mix", 0.0, {})], _window(failed=40), 3.5, copes, better)
+    shedding = decide([Trigger("prompt_mix", 0.0, {})], _window(failed=40), "latency", copes, better)
     assert shedding.roll_out and "shed" in shedding.reason
-    slow = decide([Trigger("prompt_mix", 0.0, {})], _window(p95=4.0), 3.5, copes, better)
-    assert slow.roll_out and "P95" in slow.reason
     # capacity lost: rolls out even if the fast path doubts the new plan (optimize found it feasible)
-    assert decide([Trigger("capacity_lost", 0.0, {})], _window(), 3.5, None, Judged(4.0, False)).roll_out
+    assert decide([Trigger("capacity_lost", 0.0, {})], _window(), "latency", None, Judged(4.0, 20.0, False)).roll_out
 
 
-def test_without_distress_a_rollout_must_buy_something() -> None:
-    mix = [Trigger("answer_mix", 0.0, {})]
-    assert not decide(mix, _window(), 3.5, Judged(3.0, True), Judged(2.9, True)).roll_out
-    assert decide(mix, _window(), 3.5, Judged(3.0, True), Judged(2.5, True)).roll_out
-    assert decide(mix, _window(), 3.5, Judged(3.6, False), Judged(3.4, True)).roll_out
-    assert not decide(mix, _window(), 3.5, Judged(3.6, False), Judged(3.8, False)).roll_out
+def test_without_distress_a_rollout_must_buy_something_by_the_plans_own_objective() -> None:
+    mix, low = [Trigger("answer_mix", 0.0, {})], [Trigger("rate_low", 0.0, {})]
+    running = Judged(3.0, 30.0, True)
+    assert not decide(mix, _window(), "latency", running, Judged(2.9, 30.0, True)).roll_out
+    assert decide(mix, _window(), "latency", running, Judged(2.5, 30.0, True)).roll_out
+    assert decide(mix, _window(), None, Judged(3.6, 30.0, False), Judged(3.4, 30.0, True)).roll_out
+    assert not decide(mix, _window(), "latency", Judged(3.6, 30.0, False), Judged(3.8, 30.0, False)).roll_out
+    # a rate below the plan's: a cheaper plan is a gain only where cost was what the plan was chosen for
+    cheaper = Judged(3.0, 18.0, True)
+    assert not decide(low, _window(), "latency", running, cheaper).roll_out
+    assert decide(low, _window(), "cost", running, cheaper).roll_out
+    assert decide(low, _window(), "pareto:knee", running, cheaper).roll_out
+    assert not decide(low, _window(), "pareto:knee", running, Judged(3.5, 18.0, True)).roll_out

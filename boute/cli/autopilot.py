@@ -101,6 +101,7 @@ class Autopilot:
         self, w: Window, fired: list[Trigger], t_trigger: float, rate_rps: float | None = None
     ) -> dict[str, Any]:
         from boute.optimize.evaluators import FastEvaluator
+        from boute.optimize.objectives import make_objective
         from boute.optimize.space import Candidate
         from boute.replan.warm import seed_experiment, warm_trials
         from boute.sim import plan_cost
@@ -117,7 +118,10 @@ class Autopilot:
         obs_file = self.dir / f"observed-{n}.yaml"
         write_atomic(obs_file, yaml.safe_dump(obs.model_dump(mode="json", exclude_none=True), sort_keys=False))
         obs = load_scenario(obs_file)
-        fast = FastEvaluator(obs)
+        # the running plan's own terms: its routing mode and the objective that chose it
+        mode = self.plan.routing.mode
+        objective = make_objective(*(self.plan.objective or "latency").split(":", 1))
+        fast = FastEvaluator(obs, mode=mode)
         # the running plan as it stands (lost replicas gone), under the observed workload: the gain's baseline
         standing = healthy_deployment(self.plan, w)
         old = Candidate(tuple(self.plan.routing.fractions or ()), tuple(standing), float(plan_cost(standing, obs)))
@@ -129,14 +133,15 @@ class Autopilot:
         name = f"replan-{obs.name}-{stamp}-{n}"
         try:
             warm = warm_trials(store, self.warm_from, obs, fast, first=[old] if standing else [])
-            seed_experiment(store, name, obs, warm)
+            seed_experiment(store, name, obs, warm, mode=mode, objective=objective)
         finally:
             store.close()
         out = self.dir / f"replan-{n}" / "plan.json"
         t0 = time.monotonic()
         r = _boute(
             "optimize", "--scenario", str(obs_file), "--experiment", name, "--db", self.db, "-q",
-            "--max-evals", str(len(warm) + self.max_evals), "--out", str(out),
+            "--max-evals", str(len(warm) + self.max_evals), "--out", str(out), "--mode", mode,
+            "--objective", objective.name, *(["--prefer", objective.prefer] if objective.name == "pareto" else []),
         )  # fmt: skip
         search_s = time.monotonic() - t0
         record: dict[str, Any] = {
@@ -162,9 +167,9 @@ class Autopilot:
         verdict = decide(
             fired,
             w,
-            self.detector.promise.p95_s,
-            None if before is None else Judged(before.p95_latency_s, before.feasible),
-            Judged(after.p95_latency_s, after.feasible),
+            self.plan.objective,
+            None if before is None else Judged(before.p95_latency_s, before.cost_per_hour, before.feasible),
+            Judged(after.p95_latency_s, after.cost_per_hour, after.feasible),
         )
         gain = {
             "warm_trials": len(warm),
@@ -203,6 +208,10 @@ class Autopilot:
             self._record(
                 record | {"status": "failed", "detail": f"rollout failed: {reason}", "wall_s": time.time() - t_trigger}
             )
+            # `deploy up` may have written the new desired plan before its wait failed: the controller then
+            # converges on it, so judge against whatever desired.json now holds (and stay quiet a while)
+            self.plan, self.sc = self._load(self.dir / DESIRED)
+            self.detector.replanned(promise_of(self.plan, self.dir / DESIRED), time.time())
             return record
         live = time.time()
         self.plan, self.sc = self._load(self.dir / DESIRED)

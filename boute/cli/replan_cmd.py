@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from boute.cli.options import DEPLOY_DIR, deployment_dir, positive
+from boute.errors import BouteError
 
 
 def register(app: typer.Typer) -> None:
@@ -58,7 +59,10 @@ def register(app: typer.Typer) -> None:
         end = None if duration is None else time.monotonic() + duration
         try:
             while end is None or time.monotonic() < end:
-                pilot.step()
+                try:
+                    pilot.step()
+                except BouteError as exc:  # Redis away, a search that broke: say so and keep watching
+                    typer.echo(f"{time.strftime('%H:%M:%S')} check failed: {exc}", err=True)
                 time.sleep(interval)
         except KeyboardInterrupt:
             typer.echo("stopped")

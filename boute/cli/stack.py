@@ -21,8 +21,8 @@ from boute.serving.bundle import plan_scenario, write_catalog
 from boute.specs.plan import Plan
 
 
-class _Terminated(Exception):
-    """SIGTERM arrived: unwind like KeyboardInterrupt."""
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: unwind as Ctrl-C does (Click turns both into "aborted", exit 130)."""
 
 
 class ServeStack:
@@ -37,11 +37,14 @@ class ServeStack:
         backends: Path | None = None,
         env: dict[str, str] | None = None,
         quiet: bool = False,
+        stop_ends_command: bool = True,
     ) -> None:
+        """``stop_ends_command``: Ctrl-C/SIGTERM is how ``boute serve`` ends normally (swallowed, exit 0);
+        a command that serves only to do something else (``boute verify``) lets it propagate instead."""
         self.plan_path, self.plan = Path(plan_path), plan
         self.host, self.port, self.redis, self.backends = host, port, redis, backends
         self.env = env or {}
-        self.quiet = quiet
+        self.quiet, self.stop_ends_command = quiet, stop_ends_command
         self.work = Path(tempfile.mkdtemp(prefix="boute-serve-"))
         self.children: list[subprocess.Popen[bytes]] = []
         self._old_term: Any = None
@@ -58,7 +61,7 @@ class ServeStack:
         self.stop()
         signal.signal(signal.SIGTERM, self._old_term)
         # Ctrl-C or SIGTERM is how a user stops the server: not an error
-        return exc_type in (KeyboardInterrupt, _Terminated)
+        return self.stop_ends_command and exc_type in (KeyboardInterrupt, _Terminated)
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         raise _Terminated

@@ -94,7 +94,7 @@ def run_verify(
         else:
             from backends.emulated.launch import free_port
 
-            with ServeStack(plan_path, plan, port=free_port(), quiet=True) as stack:
+            with ServeStack(plan_path, plan, port=free_port(), quiet=True, stop_ends_command=False) as stack:
                 stack.start_emulated(speedup)
                 stack.start_gateway()
                 info["gateway"] = f"boute serve --emulate at {stack.url}"
@@ -113,9 +113,13 @@ def _generate(work: Path, url: str, req: Requests, speedup: float) -> dict[str, 
     (work / "requests.json").write_text(json.dumps(spec))
     horizon = float(req.send_at[-1]) / speedup + 180.0 if len(req.send_at) else 60.0
     cmd = [sys.executable, "-m", "boute.serving.loadgen", str(work / "requests.json"), str(work / "results.json")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=horizon, check=False)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=horizon, check=False)
+    except subprocess.TimeoutExpired:
+        raise BouteError(f"verify: the load generator did not finish within {horizon:.0f} s") from None
     if done.returncode != 0:
-        raise BouteError(f"verify: load generator failed: {(done.stderr or '').strip().splitlines()[-1:]}")
+        last = ((done.stderr or "").strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise BouteError(f"verify: load generator failed: {last}")
     return json.loads((work / "results.json").read_text())
 
 

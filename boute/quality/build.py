@@ -143,7 +143,9 @@ def _trained_router(
             pass
     from boute.quality.static_embed import load_static
 
-    router, train, test = train_router(profile, models, seed=seed, test_fraction=test_fraction, static=load_static())
+    router, train, test = train_router(
+        profile, models, seed=seed, test_fraction=test_fraction, static=load_static(cache_dir=cache_dir)
+    )
     router.save(path)
     return router, train, test, path
 

@@ -8,10 +8,11 @@ being wrong, not the traffic. So measured distress wins over predicted comfort:
   would re-fire the trigger every check without ever restoring the capacity;
 - a rate above the plan's headroom or a P95 over the promise rolls out (the running plan was sized for
   other traffic, and the window says so);
-- so does a window in which the gateway shed or failed more than ``MAX_FAILED`` of the requests, or
-  measured a P95 above the promise;
+- so does a window in which the gateway shed or failed more than ``MAX_FAILED`` of the requests;
 - otherwise (a mix shift, a rate below the plan's) the running plan stays unless, under the observed
-  load, it fails the targets or the new plan's P95 is ``MIN_GAIN`` lower: a rollout must buy something.
+  load, it fails the targets or the new plan is ``MIN_GAIN`` better by the plan's own objective (P95 for
+  ``latency``, $/h for ``cost``, either without the other worse for ``pareto``): a rollout must buy
+  something, and a rate below the plan's buys a cheaper plan only where cost is what was asked for.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Judged:
     """One plan under the observed load, by the fast path."""
 
     p95_latency_s: float
+    cost_per_hour: float
     feasible: bool
 
 
@@ -43,9 +45,7 @@ class Decision:
     reason: str
 
 
-def decide(
-    fired: list[Trigger], w: Window, promised_p95_s: float | None, before: Judged | None, after: Judged
-) -> Decision:
+def decide(fired: list[Trigger], w: Window, objective: str | None, before: Judged | None, after: Judged) -> Decision:
     """Whether the new plan (``after``) replaces the running one (``before``: ``None`` when it cannot be
     judged, e.g. a loaded tier left without replicas). Under distress the new plan rolls out whatever the
     fast path says of it (``boute optimize`` found it feasible with its own evaluator, and it is sized for the
@@ -56,12 +56,20 @@ def decide(
     failed = sum(w.tier_failed.values())
     if w.requests and failed / w.requests > MAX_FAILED:
         return Decision(True, f"{failed} of {w.requests} requests shed or failed in the window")
-    if promised_p95_s is not None and w.p95_s > promised_p95_s:
-        return Decision(True, f"measured P95 {w.p95_s:.2f} s above the promised {promised_p95_s:.2f} s")
     if not after.feasible:
         return Decision(False, "the new plan does not meet the targets under the observed load")
     if before is None or not before.feasible:
         return Decision(True, "the running plan does not meet the targets under the observed load")
-    if after.p95_latency_s < (1 - MIN_GAIN) * before.p95_latency_s:
-        return Decision(True, f"P95 {before.p95_latency_s:.2f} -> {after.p95_latency_s:.2f} s under the observed load")
-    return Decision(False, f"the running plan copes and the new one is not {MIN_GAIN:.0%} better")
+    faster = after.p95_latency_s < (1 - MIN_GAIN) * before.p95_latency_s
+    cheaper = after.cost_per_hour < (1 - MIN_GAIN) * before.cost_per_hour
+    slower = after.p95_latency_s > (1 + MIN_GAIN) * before.p95_latency_s
+    dearer = after.cost_per_hour > (1 + MIN_GAIN) * before.cost_per_hour
+    kind = (objective or "latency").split(":")[0]
+    gain = {"latency": faster, "cost": cheaper, "pareto": (faster and not dearer) or (cheaper and not slower)}
+    if gain.get(kind, faster):
+        return Decision(
+            True,
+            f"P95 {before.p95_latency_s:.2f} -> {after.p95_latency_s:.2f} s, "
+            f"${before.cost_per_hour:.2f} -> ${after.cost_per_hour:.2f}/h under the observed load",
+        )
+    return Decision(False, f"the running plan copes and the new one is not {MIN_GAIN:.0%} better ({kind})")

@@ -29,7 +29,8 @@ def promise_of(plan: Plan, plan_path: str | Path, root: Path | None = None, rate
         raise BouteError(f"{plan_path}: scenario_spec: missing; re-planning needs the plan's own scenario")
     base = root or Path(plan_path).parent
     ref = plan.routing.reference or sc.quality.profile
-    prompts = list(load_profile(ref if ref.startswith("builtin:") else base / ref).prompts)
+    fmt = sc.quality.format if ref == sc.quality.profile else "auto"  # the scenario's profile, read as it says
+    prompts = list(load_profile(ref if ref.startswith("builtin:") else base / ref, fmt).prompts)
     scores = np.zeros(0)
     if plan.routing.scorer == "learned" and plan.routing.router:
         from boute.quality.router import load_router

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from boute.optimize.evaluators import Evaluator
+from boute.optimize.objectives import Objective
 from boute.optimize.result import Trial
 from boute.optimize.session import settings_of, trial_from_row, trial_row
 from boute.optimize.space import Candidate, Space
@@ -73,16 +74,17 @@ def seed_experiment(
     evaluator: str = "fast",
     seed: int = 0,
     mode: str = "preroute",
+    objective: Objective | None = None,
 ) -> None:
     """Create experiment ``name`` holding ``trials``, so ``boute optimize --experiment name`` resumes from them
-    (its settings are the ones that run computes for ``scenario``)."""
+    (its settings are the ones that run computes for ``scenario``, ``mode`` and ``objective``)."""
     exp, resumed = store.open_experiment(
         name,
         scenario=scenario.name,
         strategy=strategy,
         evaluator=evaluator,
         seed=seed,
-        settings=settings_of(scenario, mode, None),
+        settings=settings_of(scenario, mode, None, objective),
     )
     if resumed:
         return

@@ -183,8 +183,13 @@ def read_snapshots(redis_url: str, key: str) -> list[Snapshot]:
     """Every snapshot the gateways pushed under ``key`` (newest first); unreadable entries are skipped."""
     import redis
 
-    with redis.Redis.from_url(redis_url, socket_connect_timeout=2.0, socket_timeout=5.0) as r:
-        raw = r.lrange(key, 0, KEEP - 1)
+    from boute.errors import BouteError
+
+    try:
+        with redis.Redis.from_url(redis_url, socket_connect_timeout=2.0, socket_timeout=5.0) as r:
+            raw = r.lrange(key, 0, KEEP - 1)
+    except redis.RedisError as exc:
+        raise BouteError(f"observations: Redis at {redis_url} did not answer ({exc})") from None
     out = []
     for item in raw:
         try:

@@ -60,7 +60,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                         tier[i] = r.headers.get("x-boute-tier")
                         msg = json.loads(payload)["choices"][0]
                         text[i] = (msg.get("message") or {}).get("content", msg.get("text"))
-            except (TimeoutError, aiohttp.ClientError, ValueError, KeyError):
+            except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
                 status[i] = status[i] if status[i] not in (0, 200) else 0
 
         await asyncio.gather(*(one(i) for i in range(n)))
