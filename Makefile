@@ -57,7 +57,7 @@ test-fast: $(STAMP)
 
 ## Benchmarks: results land in bench/results/*.json and bench/results/README.md.
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m tests.services $(BIN)/python -m bench
 
 ## Reproduce the paper's evaluation (results in experiments/results/); QUICK=1 for the minutes-long version.
 experiments: $(STAMP)

@@ -55,6 +55,7 @@ class Deployment:
         self.dead = work / "dead-gpus"
         self.env = {**os.environ, "BOUTE_EMULATED_DEAD_GPUS": str(self.dead)}
         self.experiment = "initial"
+        self.pilot: subprocess.Popen[str] | None = None
         r = _boute(
             "optimize", "--scenario", scenario, "--out", str(work / "plan.json"), "--db", self.db,
             "--experiment", self.experiment, "-q",
@@ -66,9 +67,9 @@ class Deployment:
             "--redis", redis_url, "--gateway-port", str(self.port), "--json", "--timeout", "300", env=self.env,
         )  # fmt: skip
         if r.returncode != 0:
+            self.close()  # whatever came up before the failure
             raise RuntimeError(f"deploy failed: {r.stderr[-800:]}")
         self.url = json.loads(r.stdout)["gateway_url"]
-        self.pilot: subprocess.Popen[str] | None = None
 
     def autopilot(self, *extra: str) -> None:
         self.pilot_log = open(self.work / "replan.log", "w")  # noqa: SIM115 - lives as long as the child
@@ -93,8 +94,11 @@ class Deployment:
     def close(self) -> None:
         if self.pilot is not None and self.pilot.poll() is None:
             self.pilot.send_signal(signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 self.pilot.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.pilot.kill()
+                self.pilot.wait()
         _boute("deploy", "down", "--dir", str(self.dir))
         from backends.deploy.registry import Registry
 
@@ -198,45 +202,50 @@ def experiment(kind: str, work: Path, redis_url: str, quick: bool) -> dict[str, 
     from boute.specs import load_scenario
 
     rate = load_scenario(SCENARIO).workload.rate_rps
-    dep = Deployment(work, SCENARIO, redis_url, quick=quick)
-    try:
-        base = 60.0 if quick else 90.0
-        if kind == "rate_step":
-            phases = [(base, rate, 0, 0), (150.0 if quick else 300.0, 1.5 * rate, 0, 0)]
-        elif kind == "mix_shift":
-            phases = [
-                (base, rate, 0, 0),
-                (240.0 if quick else 300.0, rate, 0, 1),
-                (60.0 if quick else 120.0, rate, 1, 1),
-            ]
-        elif kind == "gpu_loss":
-            phases = [(base, rate, 0, 0), (150.0 if quick else 240.0, rate, 0, 0)]
-        else:  # steady
-            phases = [(120.0 if quick else 600.0, rate, 0, 0)]
-        sched = schedule(SCENARIO, phases)
-        dep.autopilot()
-        proc, res_file = drive(dep.url, sched, work)
-        lost_gpu = None
-        if kind == "gpu_loss":
-            time.sleep(base)
-            gpus = sorted({r["gpu"] for r in dep.replicas()}, key=lambda g: g != "rtx-4090")
-            lost_gpu = gpus[0]
-            dep.dead.write_text(lost_gpu + "\n")
-            for r in dep.replicas():
-                if r["gpu"] == lost_gpu and r.get("pid"):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(r["pid"]), signal.SIGKILL)
-        proc.wait()
-        time.sleep(12)  # the autopilot's last checks
-        res = json.loads(res_file.read_text())
-        out = analyse(res, sched, 0.0 if kind == "steady" else base, dep.decisions())
-        out["phases"] = [{"seconds": d, "rate_rps": r, "long_share": [a, b]} for d, r, a, b in phases]
-        out["generator_cpu_share"] = round(res["cpu_s"] / max(res["wall_s"], 1e-9), 3)
-        if lost_gpu:
-            out["lost_gpu"] = lost_gpu
-        return out
-    finally:
-        dep.close()
+    with contextlib.ExitStack() as stack:
+        dep = Deployment(work, SCENARIO, redis_url, quick=quick)  # cleans up after itself if it fails
+        stack.callback(dep.close)
+        return _experiment(kind, dep, rate, work, stack)
+
+
+def _experiment(kind: str, dep: Deployment, rate: float, work: Path, stack: contextlib.ExitStack) -> dict[str, Any]:
+    quick = dep.quick
+    base = 60.0 if quick else 90.0
+    if kind == "rate_step":
+        phases = [(base, rate, 0, 0), (150.0 if quick else 300.0, 1.5 * rate, 0, 0)]
+    elif kind == "mix_shift":
+        phases = [
+            (base, rate, 0, 0),
+            (240.0 if quick else 300.0, rate, 0, 1),
+            (60.0 if quick else 120.0, rate, 1, 1),
+        ]
+    elif kind == "gpu_loss":
+        phases = [(base, rate, 0, 0), (150.0 if quick else 240.0, rate, 0, 0)]
+    else:  # steady
+        phases = [(120.0 if quick else 600.0, rate, 0, 0)]
+    sched = schedule(SCENARIO, phases)
+    dep.autopilot()
+    proc, res_file = drive(dep.url, sched, work)
+    stack.callback(lambda: proc.poll() is None and proc.kill())
+    lost_gpu = None
+    if kind == "gpu_loss":
+        time.sleep(base)
+        gpus = sorted({r["gpu"] for r in dep.replicas()}, key=lambda g: g != "rtx-4090")
+        lost_gpu = gpus[0]
+        dep.dead.write_text(lost_gpu + "\n")
+        for r in dep.replicas():
+            if r["gpu"] == lost_gpu and r.get("pid"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(r["pid"]), signal.SIGKILL)
+    proc.wait()
+    time.sleep(12)  # the autopilot's last checks
+    res = json.loads(res_file.read_text())
+    out = analyse(res, sched, 0.0 if kind == "steady" else base, dep.decisions())
+    out["phases"] = [{"seconds": d, "rate_rps": r, "long_share": [a, b]} for d, r, a, b in phases]
+    out["generator_cpu_share"] = round(res["cpu_s"] / max(res["wall_s"], 1e-9), 3)
+    if lost_gpu:
+        out["lost_gpu"] = lost_gpu
+    return out
 
 
 def warm_vs_cold(quick: bool) -> dict[str, Any]:

@@ -111,7 +111,8 @@ def create_app(
             return denied
         plan = gw.state.plan
         data = plan.model_dump(mode="json", exclude_none=True) if plan is not None else None
-        return _json({"version": gw.state.plan_version, "plan": data, "shared": gw.state.connected})
+        doc = {"version": gw.state.plan_version, "plan": data, "shared": gw.state.connected}
+        return _json(doc | {"refused": gw.plan_error} if gw.plan_error else doc)
 
     @app.put("/admin/plan", openapi_extra=body_spec(PLAN_SCHEMA))
     async def put_plan(request: Request) -> Response:

@@ -17,7 +17,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from boute.errors import SpecError
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.serving.bundle import artifact_cache, materialise, open_plan, plan_catalog
 from boute.serving.relay import RelayResponse
@@ -149,8 +148,12 @@ class _HeldStream:
             return await self.chunks.__anext__()
         except StopAsyncIteration:
             latency = time.perf_counter() - self.t0
-            self.gw.metrics.served(self.tier, latency)
-            self.gw.observer.done(self.tier, True, latency, None)
+            if self.upstream.failed:  # a failure mid-stream is a failed request, not a served one
+                self.gw.metrics.stream_failure(self.tier)
+                self.gw.observer.done(self.tier, False, 0.0, None)
+            else:
+                self.gw.metrics.served(self.tier, latency)
+                self.gw.observer.done(self.tier, True, latency, None)
             raise
 
     async def aclose(self) -> None:
@@ -171,7 +174,7 @@ class Gateway:
         self.metrics = Metrics(self)
         self.observer = Observer(settings.observe_interval_s)
         self.balancer = Balancer(settings, on_trip=self._tripped)
-        self.state = SharedState(settings, self._on_change, self.balancer.mark_down)
+        self.state = SharedState(settings, self._on_change, self.balancer.mark_down, prepare=self.policy_for)
         self.policy: RoutePolicy | None = None
         self.plan_error: str | None = None
         self._compiled: RoutePolicy | None = None
@@ -214,18 +217,22 @@ class Gateway:
         if self.client is not None:
             await self.client.close()
 
-    def _on_change(self, plan: Plan | None, backends: list[BackendSpec]) -> None:
+    def _on_change(self, plan: Plan | None, backends: list[BackendSpec]) -> bool:
+        """Adopt ``plan`` (compiled by :meth:`policy_for`, memoised) and ``backends``; False when the plan
+        is refused, the previous one then stays live and ``plan_error`` says why."""
+        accepted = True
         if plan is not None and (self.policy is None or self.policy.plan != plan):
             try:
                 self.policy = self.policy_for(plan)
-            except SpecError as exc:  # e.g. a plan over Redis whose router files cannot be had: keep serving
+            except Exception as exc:  # e.g. router files that cannot be had or do not verify: keep serving
                 log.error("plan not applied, keeping the previous one: %s", exc)
-                self.plan_error = str(exc)
+                self.plan_error, accepted = str(exc), False
             else:
                 self.plan_error = None
                 self.metrics.plan(plan)
                 log.info("plan applied: %s mode, tiers %s", plan.routing.mode, list(plan.routing.tiers))
         self.balancer.configure(self.policy.plan if self.policy else plan, backends)
+        return accepted
 
     def policy_for(self, plan: Plan) -> RoutePolicy:
         """The compiled routing of ``plan``, its bundle files found beside the plan file, under

@@ -45,6 +45,12 @@ class Metrics:
         self.served_share = Gauge(
             "boute_served_share", "share of successful requests served by each tier", ["tier"], registry=r
         )
+        self.stream_failed = Counter(
+            "boute_stream_failed",
+            "streams that began (counted 200 in boute_requests) and then failed upstream",
+            ["tier"],
+            registry=r,
+        )
         self.escalations = Counter("boute_escalations", "cascade escalations to a larger tier", registry=r)
         inflight = Gauge("boute_inflight", "requests in progress", registry=r)
         inflight.set_function(lambda: gateway.inflight)
@@ -71,6 +77,9 @@ class Metrics:
         if child is None:
             child = self._latency[tier] = self.latency.labels(tier)
         child.observe(seconds)
+
+    def stream_failure(self, tier: str) -> None:
+        self.stream_failed.labels(tier).inc()
 
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()

@@ -51,6 +51,7 @@ class Stream:
     replica: Replica
     upstream_s: float
     finished: bool = False
+    failed: bool = False  # ended by an upstream failure mid-stream (the client got an SSE error event)
 
 
 def make_client(settings: Settings) -> Pool:
@@ -162,7 +163,7 @@ class Proxy:
                 yield chunk
             done = True
         except UpstreamError as exc:
-            ok = False
+            ok, s.failed = False, True
             err = {"error": {"message": f"upstream failed mid-stream: {type(exc).__name__}", "type": "upstream_error"}}
             yield b"data: " + orjson.dumps(err) + b"\n\n"
         finally:

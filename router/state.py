@@ -31,14 +31,20 @@ class SharedStateUnavailable(Exception):
     """Redis is configured but cannot be written: the change would not reach the other instances."""
 
 
-Listener = Callable[[Plan | None, list[BackendSpec]], None]
+#: adopt a plan and registry; False when the plan is refused (its routing cannot be compiled): the previous
+#: plan stays live and is what the state reports
+Listener = Callable[[Plan | None, list[BackendSpec]], bool]
+#: compile a plan off the event loop before it is adopted (bundle files fetched, hashed, router loaded)
+Preparer = Callable[[Plan], object]
 DownListener = Callable[[str, float], None]
 
 
 class SharedState:
     """In-process copy of the plan + registry, kept in sync with Redis when ``settings.redis_url`` is set."""
 
-    def __init__(self, settings: Settings, on_change: Listener, on_down: DownListener) -> None:
+    def __init__(
+        self, settings: Settings, on_change: Listener, on_down: DownListener, prepare: Preparer | None = None
+    ) -> None:
         self.settings = settings
         self.plan: Plan | None = None
         self.plan_version = 0
@@ -46,6 +52,7 @@ class SharedState:
         self.connected = False
         self._on_change = on_change
         self._on_down = on_down
+        self._prepare = prepare
         self.keys = keys = RedisKeys(settings.redis_prefix)
         self.k_plan, self.k_plan_version, self.k_backends, self.k_down, self.channel = (
             keys.plan,
@@ -142,8 +149,11 @@ class SharedState:
 
     # ---- following Redis ----------------------------------------------------------------------
     def _apply(self, plan: Plan | None, backends: list[BackendSpec], version: int) -> None:
-        self.plan, self.backends, self.plan_version = plan, backends, version
-        self._on_change(plan, backends)
+        """Adopt ``backends`` and, unless the listener refuses it, ``plan`` as ``version``: a refused plan is
+        never reported as live (``/admin/plan``, ``/ready``, the controller and the re-planner read these)."""
+        self.backends = backends
+        if self._on_change(plan, backends):
+            self.plan, self.plan_version = plan, version
 
     async def _sync(self) -> None:
         """Read what Redis holds; seed it with the local plan/registry when it holds none."""
@@ -170,6 +180,13 @@ class SharedState:
             except Exception as exc:
                 log.warning("ignoring invalid backend registry in Redis: %s", exc)
         if (plan, backends, version) != (self.plan, self.backends, self.plan_version):
+            if plan is not None and plan != self.plan and self._prepare is not None:
+                # compiling reads bundle files (Redis, disk), hashes them and scores the reference prompts:
+                # tens of ms that must not stall requests in flight; adoption itself then finds it compiled
+                try:
+                    await asyncio.to_thread(self._prepare, plan)
+                except Exception as exc:  # refused below, on the loop, with its reason recorded
+                    log.debug("plan %s did not compile off the loop: %s", version, exc)
             self._apply(plan, backends, version)
         async for key in r.scan_iter(match=self.k_down + "*", count=100):
             ttl_ms = await r.pttl(key)

@@ -105,3 +105,34 @@ async def test_backend_killed_mid_load_fails_no_request(stack: Stack) -> None:
     dead = backends["h100-sxmsmall"]
     assert not dead["healthy"] or dead["circuit"] == "open"
     assert backends["rtx-4090small"]["served"] > 0
+
+
+def test_a_plan_whose_router_cannot_be_had_is_refused_and_never_reported_live(stack: Stack, redis_url: str) -> None:
+    """A plan arriving over Redis whose router file is in no bundle and not in the shared store: the gateway
+    keeps serving the previous plan and says so, rather than reporting the new version as live."""
+    import orjson
+    import redis
+
+    from boute.serving import RedisKeys
+
+    prefix = f"t-{uuid.uuid4().hex}"
+    gw, _ = stack.gateway(BOUTE_REDIS_URL=redis_url, BOUTE_REDIS_PREFIX=prefix, BOUTE_ADMIN_TOKEN=TOKEN)
+    before = httpx.get(gw + "/admin/plan", headers=AUTH).json()
+    routing = {
+        "tiers": ["small", "large"], "fractions": [0.5, 0.5], "scorer": "learned", "router": "gone/router.npz",
+        "reference": "builtin:gsm8k",
+    }  # fmt: skip
+    plan = {**TEST_PLAN, "routing": routing, "artifacts": [{"path": "gone/router.npz", "sha256": "0" * 64}]}
+    keys = RedisKeys(prefix)
+    with redis.Redis.from_url(redis_url) as r:
+        version = int(r.incr(keys.plan_version))
+        r.set(keys.plan, orjson.dumps({"version": version, "plan": plan}))
+        r.publish(keys.events, orjson.dumps({"kind": "plan", "version": version}))
+    deadline = time.monotonic() + 15
+    while "refused" not in (now := httpx.get(gw + "/admin/plan", headers=AUTH).json()):
+        assert time.monotonic() < deadline, "the gateway neither adopted nor refused the plan"
+        time.sleep(0.05)
+    assert now["version"] == before["version"] and now["plan"] == before["plan"]
+    assert "gone/router.npz" in now["refused"] or "0000000000" in now["refused"]
+    short = {"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(gw + "/v1/chat/completions", json=short).status_code == 200

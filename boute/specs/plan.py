@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, field_validator, model_validator
 
 from boute.catalog import Catalog
 from boute.errors import SpecError
@@ -113,6 +113,16 @@ class Artifact(_Frozen):
 
     path: str = Field(description="relative to the plan file's folder")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_bundle(cls, v: str) -> str:
+        # plans travel over Redis and the admin API: a path must not reach outside the plan's folder (or
+        # the cache it is materialised into), whatever the sender wrote
+        p = PurePosixPath(v.replace("\\", "/"))
+        if not v or p.is_absolute() or ".." in p.parts or PureWindowsPath(v).drive:
+            raise ValueError(f"must be a relative path inside the plan's folder, got {v!r}")
+        return v
 
 
 class Plan(_Frozen):
