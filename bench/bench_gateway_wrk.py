@@ -97,7 +97,7 @@ def plan_dict(router: Path) -> dict[str, Any]:
     """Two tiers, learned scorer, half the GSM8K reference to each: every request is scored. The router's
     files are the plan's artifacts (copied beside the plan by :func:`_copy_router`, hashes checked on load)."""
     from boute.quality.router import load_router
-    from boute.serving.bundle import sha256_file
+    from boute.specs.io import sha256_file
 
     files = load_router(router).files()
     plan = plan_dict_base()

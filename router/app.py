@@ -121,14 +121,15 @@ def create_app(
             return denied
         try:
             plan = Plan.model_validate_json(await request.body())
-            # compiled before it is shared: router files present and verified, hardware in the plan's catalog
-            await asyncio.to_thread(gw.policy_for, plan)
+            # compiled before it is shared: router files present and verified, hardware in the plan's catalog;
+            # its bundle files go to the shared store with it, so every peer can load it too
+            files = await asyncio.to_thread(gw.plan_files, plan)
         except ValidationError as exc:
             return error_response(422, str(from_validation_error(exc, "plan")), code="invalid_plan")
         except BouteError as exc:
             return error_response(422, str(exc), code="invalid_plan")
         try:
-            version = await gw.state.put_plan(plan)
+            version = await gw.state.put_plan(plan, files)
         except SharedStateUnavailable as exc:
             return error_response(503, str(exc), "service_unavailable", headers={"retry-after": "1"})
         return _json({"version": version, "tiers": list(plan.routing.tiers), "mode": plan.routing.mode})

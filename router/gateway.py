@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
-from boute.serving.bundle import artifact_cache, materialise, open_plan, plan_catalog
+from boute.serving.bundle import artifact_cache, bundle_files, materialise, open_plan, plan_catalog
 from boute.serving.relay import RelayResponse
 from boute.specs.plan import Plan, check_plan_hardware
 from router.balancer import Balancer
@@ -178,6 +178,7 @@ class Gateway:
         self.policy: RoutePolicy | None = None
         self.plan_error: str | None = None
         self._compiled: RoutePolicy | None = None
+        self._compiled_root: Path | None = None
         self.inflight = 0
         self.tier_inflight: dict[str, int] = {}
         self.scoring = 0
@@ -217,6 +218,11 @@ class Gateway:
         if self.client is not None:
             await self.client.close()
 
+    def _scored(self, job: asyncio.Future[float]) -> None:
+        self.scoring -= 1
+        if not job.cancelled():
+            job.exception()  # retrieved here: a waiter that left would otherwise leave it "never retrieved"
+
     def _on_change(self, plan: Plan | None, backends: list[BackendSpec]) -> bool:
         """Adopt ``plan`` (compiled by :meth:`policy_for`, memoised) and ``backends``; False when the plan
         is refused, the previous one then stays live and ``plan_error`` says why."""
@@ -245,7 +251,15 @@ class Gateway:
         where = materialise(plan, self.state.fetch_artifact, root, artifact_cache())
         check_plan_hardware(plan, plan_catalog(plan, "plan"), "plan")
         self._compiled = RoutePolicy(plan, where, judge=self._judge(), file=s.plan or "plan")
+        self._compiled_root = where
         return self._compiled
+
+    def plan_files(self, plan: Plan) -> list[tuple[str, bytes]]:
+        """The bundle files of ``plan`` (compiled by :meth:`policy_for` just before), for the shared store."""
+        self.policy_for(plan)
+        if not plan.artifacts or self._compiled_root is None:
+            return []
+        return bundle_files(plan, self._compiled_root)
 
     def _judge(self) -> Any:
         """Cascade judge: an LLM judge when BOUTE_JUDGE_URL is set, else RoutePolicy's stand-in."""
@@ -330,11 +344,12 @@ class Gateway:
                 elif self.scoring >= s.max_scoring_queue:  # a slow scorer is short: shed, do not queue
                     return self._shed("scoring", "routing is saturated")
                 else:
+                    # counted until the scoring thread is done, not until this request stops waiting: a client
+                    # that gives up does not free the thread, so it must not free the bound either
                     self.scoring += 1
-                    try:
-                        score = await asyncio.to_thread(policy.score_sync, prompt)
-                    finally:
-                        self.scoring -= 1
+                    job = asyncio.get_running_loop().run_in_executor(None, policy.score_sync, prompt)
+                    job.add_done_callback(self._scored)
+                    score = await asyncio.shield(job)
                 tier, cascade = policy.tier_for_score(score), False
             else:
                 tier, cascade = 0, True

@@ -193,7 +193,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         for name, value in self.headers:
             if name == b"content-length":
                 if value.isdigit() and int(value) > limit:
-                    req.oversize = True
+                    req.oversize, req.keep_alive = True, False  # answer 413 and close: never read the rest
                 break
         existing = self.cycle
         self.cycle = req  # type: ignore[assignment]  # FastRequest stands in for uvicorn's cycle (class doc)
@@ -213,7 +213,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         req.size += len(body)
         assert self.gateway is not None
         if req.size > self.gateway.settings.max_body_bytes:  # chunked or lying: stop keeping it
-            req.oversize = True
+            req.oversize, req.keep_alive = True, False
             req.chunks = []
             req.wake()
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -92,13 +92,16 @@ class SharedState:
             await self._redis.aclose()
 
     # ---- writes (admin) -----------------------------------------------------------------------
-    async def put_plan(self, plan: Plan) -> int:
-        """Store + publish a validated plan; applied locally at once. Raises SharedStateUnavailable."""
+    async def put_plan(self, plan: Plan, files: Sequence[tuple[str, bytes]] = ()) -> int:
+        """Store + publish a validated plan, its bundle ``files`` (sha256, bytes) first so that every peer can
+        load it; applied locally at once. Raises SharedStateUnavailable."""
         if self._redis is None:
             self._apply(plan, self.backends, version=self.plan_version + 1)
             return self.plan_version
         data = plan.model_dump(mode="json", exclude_none=True)
         try:
+            for sha, blob in files:
+                await self._redis.set(self.keys.artifact(sha), blob, nx=True)
             version = int(await self._redis.incr(self.k_plan_version))
             doc = orjson.dumps({"version": version, "plan": data})
             await self._redis.set(self.k_plan, doc)

@@ -136,3 +136,34 @@ def test_a_plan_whose_router_cannot_be_had_is_refused_and_never_reported_live(st
     assert "gone/router.npz" in now["refused"] or "0000000000" in now["refused"]
     short = {"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     assert httpx.post(gw + "/v1/chat/completions", json=short).status_code == 200
+
+
+def test_a_plan_put_on_one_gateway_carries_its_bundle_files_to_its_peers(stack: Stack, redis_url: str) -> None:
+    """PUT /admin/plan uploads the plan's bundle files with it: a peer that never saw the sender's folder
+    loads the plan from the shared store instead of refusing it."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="boute-bundle-"))
+    try:
+        lines = [{"prompt": "q" * (10 + 7 * i), "scores": {"small": 0.5, "large": 0.9}} for i in range(40)]
+        ref = folder / "reference.jsonl"
+        ref.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        routing = {**TEST_PLAN["routing"], "reference": "reference.jsonl"}
+        sha = hashlib.sha256(ref.read_bytes()).hexdigest()
+        plan = {**TEST_PLAN, "routing": routing, "artifacts": [{"path": "reference.jsonl", "sha256": sha}]}
+        env = {"BOUTE_REDIS_URL": redis_url, "BOUTE_REDIS_PREFIX": f"t-{uuid.uuid4().hex}", "BOUTE_ADMIN_TOKEN": TOKEN}
+        a, _ = stack.gateway(**env, BOUTE_BUNDLE_ROOT=str(folder))
+        b, _ = stack.gateway(**env, BOUTE_CACHE_DIR=str(folder / "peer-cache"))
+        r = httpx.put(a + "/admin/plan", json=plan, headers=AUTH)
+        assert r.status_code == 200, r.text
+        deadline = time.monotonic() + 15
+        while (now := httpx.get(b + "/admin/plan", headers=AUTH).json())["version"] != r.json()["version"]:
+            assert "refused" not in now, now["refused"]
+            assert time.monotonic() < deadline, "the peer did not adopt the plan"
+            time.sleep(0.05)
+        assert now["plan"]["routing"]["reference"] == "reference.jsonl"
+        assert (folder / "peer-cache").is_dir()  # the peer's copy came from the shared store
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -75,6 +75,15 @@ class LiveEvaluator:
         self._router = router_of(quality_model_for(scenario))
         self._router_files = router_files(self._router) if self._router else []
         self.columns = {t.name: self.profile.models.index(t.quality_model or t.name) for t in scenario.tiers}
+        missing = [
+            m for m in (self.profile.models[c] for c in self.columns.values()) if m not in self.profile.responses
+        ]
+        if missing:  # the live evaluator scores answers by matching them against the recorded ones
+            where = scenario.source or scenario.name
+            raise BouteError(
+                f"{where}: quality.profile: no recorded responses for {', '.join(missing)}; "
+                "the live evaluator needs a profile with answers (e.g. RouteLLM's CSV), not scores only"
+            )
         idx = self.workload.prompt_index
         self.prompts = [self.profile.prompts[i] if i >= 0 else "Write a long story." for i in idx]
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="boute-live-"))

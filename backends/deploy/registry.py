@@ -15,6 +15,7 @@ from typing import Any
 
 from boute.errors import BouteError
 from boute.serving import BackendSpec, RedisKeys
+from boute.serving.bundle import bundle_files
 from boute.specs.plan import Plan
 
 
@@ -85,11 +86,12 @@ class Registry:
         load the plan's router wherever it runs."""
         import redis
 
+        if plan.artifacts and root is None:
+            raise RegistryError(f"plan names bundle file '{plan.artifacts[0].path}' but no folder to read it from")
+        files = bundle_files(plan, root) if root is not None else []
         try:
-            for a in plan.artifacts:
-                if root is None:
-                    raise RegistryError(f"plan names bundle file '{a.path}' but no folder to read it from was given")
-                self._r.set(self.keys.artifact(a.sha256), (root / a.path).read_bytes(), nx=True)
+            for sha, data in files:
+                self._r.set(self.keys.artifact(sha), data, nx=True)
             version = int(self._r.incr(self.k_plan_version))
             doc = {"version": version, "plan": plan.model_dump(mode="json", exclude_none=True)}
             self._r.set(self.k_plan, json.dumps(doc))

@@ -54,6 +54,8 @@ _AVX512_EXTRA = {"avx512vbmi": "GGML_AVX512_VBMI", "avx512_vnni": "GGML_AVX512_V
 _ALL_OPTIONS = ("GGML_SSE42", *_X86_V3.values(), "GGML_AVX512", *_AVX512_EXTRA.values())
 STATUS_FILE = "engine-status.json"
 BAD_MARK = "BAD"
+#: how :func:`probe_engine` words a crash (killed by a signal): only that marks a build BAD
+CRASHED = "the engine crashed"
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def probe_engine(python: str = sys.executable, gguf: str | Path | None = None, t
         return None
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
     if proc.returncode < 0:
-        return f"the engine crashed ({signal.Signals(-proc.returncode).name}) generating its first tokens"
+        return f"{CRASHED} ({signal.Signals(-proc.returncode).name}) generating its first tokens"
     return f"the engine failed to generate (exit {proc.returncode}): {tail[0][:200]}"
 
 
@@ -146,6 +148,16 @@ def _pip(python: str, *args: str) -> int:
     return subprocess.call([python, "-m", "pip", "-q", *args])
 
 
+def _bad_verdict(mark: Path, flags: frozenset[str]) -> str | None:
+    """Why this build crashed, if it crashed on a CPU with these very flags (a wheelhouse in a shared home
+    may have seen other CPUs: their verdicts do not bind this one)."""
+    try:
+        verdict = json.loads(mark.read_text())
+        return str(verdict["reason"]) if frozenset(verdict["cpu_flags"]) == flags else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _wheel(directory: Path) -> Path | None:
     found = sorted(directory.glob("llama_cpp_python-*.whl"))
     return found[-1] if found else None
@@ -158,8 +170,9 @@ def ensure_engine(python: str, wheelhouse: Path, spec: str, status_path: Path) -
     tried: list[str] = []
     for fs in feature_sets(flags):
         cache = wheelhouse / f"{version}-{fs.key}"
-        if (cache / BAD_MARK).exists():
-            tried.append(f"{fs.key}: {(cache / BAD_MARK).read_text().strip()} (cached verdict)")
+        bad = _bad_verdict(cache / BAD_MARK, flags)
+        if bad is not None:
+            tried.append(f"{fs.key}: {bad} (cached verdict)")
             continue
         wheel = _wheel(cache)
         if wheel is None:
@@ -187,7 +200,10 @@ def ensure_engine(python: str, wheelhouse: Path, spec: str, status_path: Path) -
             _write_status(status_path, status)
             print(f"llama.cpp engine ready: features '{fs.key}' (AMX off), proved by a generation in a child process")
             return status
-        (cache / BAD_MARK).write_text(reason + "\n")
+        if CRASHED in reason:
+            # a crash is the build's verdict on this CPU; a timeout or an error (a busy machine, a missing
+            # model package) is not, and must not condemn the build for good
+            (cache / BAD_MARK).write_text(json.dumps({"reason": reason, "cpu_flags": sorted(flags)}) + "\n")
         tried.append(f"{fs.key}: {reason}")
         print(f"warning: the '{fs.key}' engine build is unusable on this CPU: {reason}; trying the next", flush=True)
         _pip(python, "uninstall", "-y", "llama-cpp-python")

@@ -196,14 +196,14 @@ def _plot(res: Outcome, path: Path | None) -> None:
 class _Progress:
     """Rich progress bar on stderr with the current best feasible plan."""
 
-    def __init__(self, total: int, quiet: bool, objective: str = "latency", resumed: int = 0) -> None:
+    def __init__(self, total: int, quiet: bool, objective: str = "latency") -> None:
         self.quiet = quiet
         self.total = total
         self.objective = objective
         self._p: Progress | None = None
         self._task: TaskID | None = None
         self._best: tuple[float, float] | None = None
-        self._done = resumed
+        self._done: int | None = None  # evaluated trials, counted from the resumed ones on the first update
         self._screened = 0
 
     def __enter__(self) -> _Progress:
@@ -229,9 +229,12 @@ class _Progress:
             self._p.__exit__(None, None, None)
 
     def update(self, trial: Trial, trials: Sequence[Trial]) -> None:
-        """One trial finished: evaluated ones advance the bar, screened ones only the count beside it."""
+        """One trial finished: evaluated ones advance the bar, screened ones only the count beside it.
+        ``trials``: the experiment's trials before this search (a resumed experiment's stored ones)."""
         if self._p is None or self._task is None:
             return
+        if self._done is None:
+            self._done = sum(t.evaluated for t in trials)
         if trial.status == "screened":
             self._screened += 1
         else:

@@ -58,8 +58,15 @@ class ServeStack:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
-        self.stop()
-        signal.signal(signal.SIGTERM, self._old_term)
+        # a second Ctrl-C or SIGTERM (impatient users, supervisors that repeat) must not cut the shutdown
+        # short and orphan the children: ignore both until every child is stopped
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            self.stop()
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, self._old_term)
         # Ctrl-C or SIGTERM is how a user stops the server: not an error
         return self.stop_ends_command and exc_type in (KeyboardInterrupt, _Terminated)
 

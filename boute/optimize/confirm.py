@@ -10,8 +10,8 @@ the targets can be the answer**:
    staircase): if the cheapest plan fails, the next one to try is the one likelier to pass at the least
    extra cost.
 2. If the search's own answer (the first of them) fails, the search evaluator is wrong around there: the
-   search continues *with the confirming evaluator*, warm-started from the confirmed results (the same
-   strategy, objective and screens, a GP now trained on the faithful figures), until the confirmed choice
+   search continues *with the confirming evaluator*, warm-started from the confirmed results (MOBO with the
+   same objective and screens, its GP now trained on the faithful figures), until the confirmed choice
    has not changed for ``CONFIRM_PATIENCE`` evaluations, or ``max_evals`` confirming evaluations in all are
    spent. With ``prior`` (the search evaluator, when it is cheap), that GP models only the discrepancy
    between the confirming evaluator and ``prior``, plan by plan (:class:`boute.optimize.mobo.MoboStrategy`),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,16 +82,20 @@ def _midpoints(sorted_scores: np.ndarray, descending: bool = False) -> list[floa
 def thresholds_for_fractions(reference_scores: ArrayLike, fractions: ArrayLike) -> np.ndarray:
     """Score cut points that send ``fractions[i]`` of the reference prompts to tier i (pre-route).
 
-    The one definition of fractions -> thresholds: the optimiser's quality model and the gateway both
-    call it (the model through its cached copy of the same midpoints). Cut k lies halfway between the
+    The one definition of fractions -> thresholds: the gateway calls it, the optimiser's quality model
+    applies the same :func:`_cut` to its cached midpoints of the same reference. Cut k lies halfway between the
     reference scores on either side of the cumulative count; 0% or 100% gives an infinite cut.
     """
     ref = np.sort(np.asarray(reference_scores, dtype=np.float64).reshape(-1))
     if ref.size == 0:
         raise ValueError("no reference scores to cut thresholds on")
-    mid = _midpoints(ref)
     f = _check_fractions(fractions, len(np.asarray(fractions).reshape(-1)))
-    return np.array([mid[k] for k in _cum_index(f, len(mid) - 1)])
+    return np.array(_cut(_midpoints(ref), f))
+
+
+def _cut(mid: Sequence[float], f: list[float]) -> list[float]:
+    """The cut points for fractions ``f`` among reference midpoints ``mid``: the rule itself, one copy."""
+    return [float(mid[k]) for k in _cum_index(f, len(mid) - 1)]
 
 
 @dataclass
@@ -132,8 +136,7 @@ class QualityModel:
 
     # ------------------------------------------------------------------------------- preroute
     def thresholds_for_fractions(self, fractions: ArrayLike) -> np.ndarray:
-        f = _check_fractions(fractions, len(self.tiers))
-        return np.array([self._cal_mid[k] for k in _cum_index(f, len(self._cal_mid) - 1)])
+        return np.array(_cut(self._cal_mid, _check_fractions(fractions, len(self.tiers))))
 
     def fractions_for_thresholds(self, thresholds: ArrayLike) -> np.ndarray:
         """Share of calibration (all profile) queries each tier gets under these thresholds."""
@@ -143,8 +146,7 @@ class QualityModel:
 
     def preroute(self, fractions: ArrayLike) -> PolicyResult:
         """Quality when tier k serves the queries whose difficulty falls in its quantile band."""
-        f = _check_fractions(fractions, len(self.tiers))
-        return self._preroute([self._cal_mid[k] for k in _cum_index(f, len(self._cal_mid) - 1)])
+        return self._preroute(_cut(self._cal_mid, _check_fractions(fractions, len(self.tiers))))
 
     def preroute_thresholds(self, thresholds: ArrayLike) -> PolicyResult:
         return self._preroute(np.maximum.accumulate(np.asarray(thresholds, dtype=np.float64)).tolist())

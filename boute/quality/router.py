@@ -45,7 +45,8 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.profiles import QualityProfile
-from boute.quality.static_embed import StaticEmbedder, sha256_file
+from boute.quality.static_embed import StaticEmbedder
+from boute.specs.io import sha256_file, write_atomic
 
 ROUTER_FORMAT = "boute-router/2"
 LEGACY_FORMATS = ("boute-router/1",)  # MiniLM routers without a ``files`` list
@@ -255,7 +256,6 @@ class Router:
     def save(self, path: str | Path) -> Path:
         """Weights to ``path`` (npz), static table + tokenizer beside it, metadata (with every file's sha256)
         to ``path + '.json'`` last, each written atomically: a reader that finds the metadata finds the rest."""
-        from boute.specs.io import write_atomic
 
         p = Path(path)
         buf = io.BytesIO()
@@ -267,7 +267,7 @@ class Router:
             feat_mean=self.feat_mean,
             feat_std=self.feat_std,
         )
-        _write_bytes_atomic(p, buf.getvalue())
+        write_atomic(p, buf.getvalue())
         written = {"weights": p}
         if self.static is not None:
             written["table"], written["tokenizer"] = (
@@ -287,21 +287,6 @@ TABLE_SUFFIX, TOK_SUFFIX = ".static.npy", ".tokenizer.json"
 
 def meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".json")
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_metadata(path: str | Path, expected_format: str | tuple[str, ...]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from boute.errors import SpecError
+from boute.specs.io import write_atomic
 
 TABLE_FILE, TOKENIZER_FILE, INFO_FILE = "table.npy", "tokenizer.json", "info.json"
 #: text the fast path handles exactly like the tokenizer: printable ASCII plus tab/newline/return
@@ -171,8 +172,8 @@ class StaticEmbedder:
     # ------------------------------------------------------------------------------------------- files
     def save(self, table_path: Path, tokenizer_path: Path) -> None:
         """Write the table (``.npy``, no pickle) and the tokenizer, each atomically."""
-        _write_atomic(table_path, lambda fh: np.save(fh, self.table, allow_pickle=False))
-        _write_atomic(tokenizer_path, lambda fh: fh.write(self.tokenizer_json.encode()))
+        write_atomic(table_path, lambda fh: np.save(fh, self.table, allow_pickle=False))
+        write_atomic(tokenizer_path, self.tokenizer_json)
 
     @classmethod
     def load(
@@ -252,24 +253,3 @@ def distill_static(settings: StaticSettings | None = None, cache_dir: Path | str
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_atomic(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

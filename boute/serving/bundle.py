@@ -23,19 +23,11 @@ from typing import Any
 
 from boute.catalog import Catalog
 from boute.errors import SpecError
-from boute.specs.io import read_mapping, validate
+from boute.specs.io import read_mapping, sha256_file, validate, write_atomic
 from boute.specs.plan import Artifact, Plan, check_plan_hardware, save_plan
 from boute.specs.scenario import Scenario, scenario_from_mapping
 
 BUNDLE_SUFFIX = ".bundle"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def bundle_dir(plan_path: str | Path) -> Path:
@@ -126,6 +118,22 @@ def check_artifacts(plan: Plan, root: Path, file: str | Path | None) -> None:
             raise SpecError(file, field, f"'{ref}' is not one of the plan's artifacts: its content is unchecked")
 
 
+def bundle_files(plan: Plan, root: Path) -> list[tuple[str, bytes]]:
+    """``(sha256, bytes)`` of each of the plan's bundle files under ``root``, each checked against its hash:
+    what goes to the shared store (``RedisKeys.artifact``) so every gateway can load the plan, wherever it
+    runs. Both publishers (``boute deploy`` and the gateway's admin API) upload exactly this."""
+    out = []
+    for i, a in enumerate(plan.artifacts):
+        try:
+            data = (root / a.path).read_bytes()
+        except OSError as exc:
+            raise SpecError("plan", f"artifacts[{i}]", f"'{a.path}' cannot be read under {root}: {exc}") from None
+        if hashlib.sha256(data).hexdigest() != a.sha256:
+            raise SpecError("plan", f"artifacts[{i}]", f"'{a.path}' under {root} does not match its sha256")
+        out.append((a.sha256, data))
+    return out
+
+
 def plan_catalog(plan: Plan, file: str | Path | None = None) -> Catalog:
     """The catalog the plan's hardware comes from: packaged entries plus its scenario's own."""
     from boute.catalog import builtin_catalog
@@ -187,9 +195,7 @@ def materialise(plan: Plan, fetch: Callable[[str], bytes | None] | None, root: P
             where = f"beside the plan ({root})" if root is not None else "locally"
             raise SpecError("plan", f"artifacts[{i}]", f"'{a.path}' is neither {where} nor in the shared store")
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(target)
+        write_atomic(target, data)  # a unique temp name: gateways on one host share this cache
     return dest
 
 
@@ -213,7 +219,6 @@ def write_catalog(plan: Plan, scenario: Scenario | None, path: str | Path) -> Pa
     import yaml
 
     from boute.perf import scenario_catalog
-    from boute.specs.io import write_atomic
 
     cat = scenario_catalog(scenario) if scenario is not None else plan_catalog(plan)
     gpus = sorted({g.gpu for g in plan.deployment})

@@ -1,4 +1,9 @@
-"""Where the analytical fast path is unsure, so the optimiser knows when to confirm with the simulator.
+"""Where the analytical fast path is unsure: a band on its P95, reported with every fast-path result.
+
+Each :class:`~boute.sim.fastpath.FastResult` carries the band and ``needs_confirmation(cap)``, and
+``boute.sim.agreement`` checks them against the simulator. ``boute optimize`` does not gate on the flag:
+it confirms every plan it would write with the simulator (:mod:`boute.optimize.confirm`), sure or not;
+the band is for users and tools that take fast-path figures on their own.
 
 The bands come from the fast-vs-simulator comparison over the workload-shape grid
 (``bench/bench_fastpath_grid.py``, docs/simulator.md): the fast path is a steady-state mean-value model,

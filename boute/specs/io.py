@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -55,22 +57,36 @@ def _umask() -> int:
 _UMASK = _umask()
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write via a temp file in the same folder + rename, so readers never see half a file."""
+def write_atomic(path: str | Path, data: str | bytes | Callable[[IO[bytes]], object]) -> Path:
+    """Write ``data`` (text as UTF-8, bytes, or a function writing to the binary file) via a temp file in the
+    same folder + rename, so readers never see half a file. The one atomic writer: plans, configs, router
+    weights and embedding tables all go through it, with the ordinary file mode (umask), not mkstemp's 0600."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data.encode() if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; a plan or config is an ordinary file
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it private; these are ordinary files
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in blocks (bundle files and router weights are named by it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def dump_model(obj: BaseModel, path: str | Path) -> Path:
