@@ -74,7 +74,7 @@ class Deployment:
     def autopilot(self, *extra: str) -> None:
         self.pilot_log = open(self.work / "replan.log", "w")  # noqa: SIM115 - lives as long as the child
         argv = [sys.executable, "-m", "boute", "replan", "--dir", str(self.dir), "--db", self.db]
-        argv += ["--warm-from", self.experiment, "--interval", "5", "--window", "30", *extra]
+        argv += ["--warm-from", self.experiment, "--interval", "5", *extra]  # the CLI default window (60 s)
         self.pilot = subprocess.Popen(argv, stdout=self.pilot_log, stderr=subprocess.STDOUT, text=True)
 
     def replicas(self) -> list[dict[str, Any]]:
@@ -302,11 +302,29 @@ def warm_vs_cold(quick: bool) -> dict[str, Any]:
     return out
 
 
+KINDS = ("warm_vs_cold", "rate_step", "gpu_loss", "mix_shift", "steady")
+
+
 def run(quick: bool) -> dict[str, Any]:
+    """All experiments; ``BOUTE_BENCH_REPLAN_ONLY=rate_step,steady`` re-runs only those and carries the others
+    over from the previous results file, each labelled with the run it comes from."""
     redis_url = os.environ.get("BOUTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     out: dict[str, Any] = {"scenario": SCENARIO, "note": "emulated backends, real time; the perf model is approximate"}
-    out["warm_vs_cold"] = warm_vs_cold(quick)
+    only = [k for k in os.environ.get("BOUTE_BENCH_REPLAN_ONLY", "").split(",") if k]
+    if unknown := set(only) - set(KINDS):
+        raise SystemExit(f"BOUTE_BENCH_REPLAN_ONLY: unknown experiment(s) {sorted(unknown)} (known: {KINDS})")
+    previous = Path(__file__).parent / "results" / "replan.json"
+    if only and previous.is_file():
+        old = json.loads(previous.read_text())
+        for kind in KINDS:
+            if kind not in only and kind in old.get("results", {}):
+                carried = old["results"][kind]
+                out[kind] = carried | {"carried_from": carried.get("carried_from", old["meta"]["when"])}
+    if not only or "warm_vs_cold" in only:
+        out["warm_vs_cold"] = warm_vs_cold(quick)
     for kind in ("rate_step", "gpu_loss", "mix_shift", "steady"):
+        if only and kind not in only:
+            continue
         with tempfile.TemporaryDirectory(prefix=f"boute-replan-{kind}-") as tmp:
             out[kind] = experiment(kind, Path(tmp), redis_url, quick)
             out[kind]["loadavg_after"] = os.getloadavg()

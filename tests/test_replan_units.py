@@ -109,6 +109,53 @@ def test_lost_capacity_fires_even_in_the_cooldown_and_longer_answers_fire_answer
     assert kinds == ["answer_mix"]
 
 
+def test_the_plans_own_burstiness_is_not_drift_but_a_step_beyond_it_is() -> None:
+    """The built-in scenario's trace swings 0.72-1.37x its mean over 30 s windows: a plan judged on that
+    process must not fire on it (a fixed 15% threshold would), while 1.5x the rate still fires."""
+    from boute.replan.observed import rate_band
+    from boute.specs import load_scenario
+
+    sc = load_scenario("builtin:paper-gsm8k")
+    lo, hi = rate_band(sc, 100.0, 30.0)
+    assert lo < 0.85 and 1.15 < hi < 1.5, (lo, hi)
+    promise = Promise(rate_rps=100.0, p95_s=3.5, prompt_chars=REF_PROMPTS, scores=REF_SCORES, groups=GROUPS,
+                      rate_band=(lo, hi))  # fmt: skip
+    rng = np.random.default_rng(6)
+    swings = DriftDetector(promise, Thresholds(sustain=2))
+    stepped = DriftDetector(promise, Thresholds(sustain=2))
+    snaps: list[Snapshot] = []
+    up: list[Snapshot] = []
+    fired, fired_up = [], []
+    for step in range(1, 41):
+        swing = 1.0 + 0.3 * np.sin(step / 3.0)  # inside the band, outside a fixed 15%
+        snaps.append(_snap(step * 5.0, 100 * swing, rng))
+        up.append(_snap(step * 5.0, 100 * (1.0 if step <= 10 else 1.6), rng))
+        fired += swings.check(merge(snaps, now=step * 5.0, span_s=30), now=step * 5.0)
+        fired_up += stepped.check(merge(up, now=step * 5.0, span_s=30), now=step * 5.0)
+    assert [f.kind for f in fired] == []
+    assert [f.kind for f in fired_up] == ["rate_high"]
+
+
+def test_shedding_fires_and_a_kept_plan_does_not_refire_what_it_acknowledged() -> None:
+    det = _detector(sustain=2)
+    rng = np.random.default_rng(7)
+    snaps = [_snap(t * 5.0, 100, rng) for t in range(1, 7)]
+    det.check(merge(snaps, now=30, span_s=30), now=30)  # the answer baseline
+    kinds: list[str] = []
+    for t in range(7, 12):
+        snaps.append(_snap(t * 5.0, 100, rng, answers=400))
+        kinds += [f.kind for f in det.check(merge(snaps, now=t * 5.0, span_s=15), now=t * 5.0)]
+    assert kinds == ["answer_mix"]
+    det.acknowledged(det.promise)  # kept: the shift is known, nothing went live
+    for t in range(12, 24):
+        s = _snap(t * 5.0, 100, rng, answers=400)
+        if t >= 18:  # now the gateway sheds: distress fires at once, no cooldown to wait for
+            s = dataclasses.replace(s, tiers={**s.tiers, "small": TierStats(s.tiers["small"].served, 20, [])})
+        snaps.append(s)
+        kinds += [f.kind for f in det.check(merge(snaps, now=t * 5.0, span_s=15), now=t * 5.0)]
+    assert kinds == ["answer_mix", "shedding"]
+
+
 def _window(*, failed: int = 0) -> Window:
     w = merge([_snap(100.0 + 5 * i, 100.0, np.random.default_rng(i)) for i in range(6)], 131.0, 60.0)
     return dataclasses.replace(w, tier_failed={"small": failed})

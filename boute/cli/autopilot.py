@@ -7,6 +7,7 @@ detection, the observed scenario, warm start). Every decision is recorded in the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,8 +21,8 @@ import yaml
 
 from boute.errors import BouteError
 from boute.replan.decide import Judged, decide
-from boute.replan.drift import DriftDetector, Thresholds, Trigger
-from boute.replan.observed import healthy_deployment, observed_scenario, promise_of
+from boute.replan.drift import DriftDetector, Promise, Thresholds, Trigger
+from boute.replan.observed import healthy_deployment, input_shift, observed_scenario, promise_of
 from boute.replan.window import Window, merge, read_snapshots
 from boute.serving import RedisKeys
 from boute.serving.bundle import open_plan, plan_scenario
@@ -67,7 +68,10 @@ class Autopilot:
         self.key = RedisKeys(self.cfg.get("prefix", "boute")).observations
         self.redis_url = str(self.cfg["redis_url"])
         self.plan, self.sc = self._load(directory / DESIRED)
-        self.detector = DriftDetector(promise_of(self.plan, directory / DESIRED), thresholds)
+        #: prompt lengths the running plan's scenario assumes, over its reference prompts' (re-plans on a
+        #: prompt mix scale the scenario; the reference stays the profile's)
+        self.prompt_shift = 1.0
+        self.detector = DriftDetector(self._promise(self.plan, directory / DESIRED), thresholds)
         self.warm_from = warm_from
         self.rounds = 0
 
@@ -78,6 +82,11 @@ class Autopilot:
         if sc is None:
             raise BouteError(f"{path}: scenario_spec: missing; re-planning needs a plan written by boute optimize")
         return plan, sc
+
+    def _promise(self, plan: Plan, path: Path, rate_rps: float | None = None) -> Promise:
+        """The plan's promise in this loop's units: windows of ``window_s``, prompts as the plan assumes them."""
+        p = promise_of(plan, path, rate_rps=rate_rps, window_s=self.window_s)
+        return dataclasses.replace(p, prompt_chars=p.prompt_chars * self.prompt_shift)
 
     def window(self, now: float | None = None, span_s: float | None = None) -> Window:
         now = time.time() if now is None else now
@@ -155,7 +164,7 @@ class Autopilot:
             reason = (r.stderr.strip().splitlines() or ["optimize failed"])[-1]
             self.say(f"re-plan {n}: no plan ({reason}); keeping the running one")
             self._record(record | {"status": "infeasible" if r.returncode == 2 else "failed", "detail": reason})
-            self.detector.replanned(self.detector.promise, time.time())  # quiet: do not retry at once
+            self.detector.quiet(time.time())  # do not retry at once
             return record
         new = open_plan(out)
         pred = new.predicted
@@ -192,14 +201,12 @@ class Autopilot:
         if not verdict.roll_out:
             self.say(f"re-plan {n}: the running plan stays ({verdict.reason})")
             self._record(record | {"status": "kept", "wall_s": time.time() - t_trigger})
-            self.detector.replanned(
-                promise_of(self.plan, self.dir / DESIRED, rate_rps=obs.workload.rate_rps), time.time()
-            )
+            self.detector.acknowledged(self._promise(self.plan, self.dir / DESIRED, rate_rps=obs.workload.rate_rps))
             return record
         if self.dry_run:
             self.say(f"re-plan {n} proposed (dry run; {verdict.reason}): {out}")
             self._record(record | {"status": "proposed", "wall_s": time.time() - t_trigger})
-            self.detector.replanned(self.detector.promise, time.time())
+            self.detector.quiet(time.time())
             return record
         d = _boute("deploy", "up", str(out), "--dir", str(self.dir), "--target", str(self.cfg.get("target", "local")))
         if d.returncode != 0:
@@ -211,11 +218,13 @@ class Autopilot:
             # `deploy up` may have written the new desired plan before its wait failed: the controller then
             # converges on it, so judge against whatever desired.json now holds (and stay quiet a while)
             self.plan, self.sc = self._load(self.dir / DESIRED)
-            self.detector.replanned(promise_of(self.plan, self.dir / DESIRED), time.time())
+            self.detector.replanned(self._promise(self.plan, self.dir / DESIRED), time.time())
             return record
         live = time.time()
         self.plan, self.sc = self._load(self.dir / DESIRED)
-        self.detector.replanned(promise_of(self.plan, self.dir / DESIRED), live)
+        if "prompt_mix" in {t.kind for t in fired}:  # the new plan's scenario has the shift baked in
+            self.prompt_shift *= input_shift(w, self.detector.promise)
+        self.detector.replanned(self._promise(self.plan, self.dir / DESIRED), live)
         self.warm_from = [name]
         self.say(f"re-plan {n} live after {live - t_trigger:.1f} s (search {search_s:.1f} s; {verdict.reason}): {out}")
         self._record(record | {"status": "deployed", "wall_s": live - t_trigger})

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boute.replan.drift import Trigger
+from boute.replan.drift import Thresholds, Trigger
 from boute.replan.window import Window
 
 #: triggers that are measured distress: never answered by keeping the plan that produced them
-DISTRESS = frozenset({"capacity_lost", "rate_high", "p95_over"})
+DISTRESS = frozenset({"capacity_lost", "rate_high", "p95_over", "shedding"})
 #: shed or failed requests in the window (fraction) above which the running plan is not "coping"
-MAX_FAILED = 0.005
+#: (the same share as the ``shedding`` trigger's default)
+MAX_FAILED = Thresholds().max_failed
 #: the P95 gain (fraction, fast path) a new plan must bring when nothing is in distress
 MIN_GAIN = 0.05
 

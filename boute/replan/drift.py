@@ -3,14 +3,18 @@
 Conditions, each judged on the rolling window (:mod:`boute.replan.window`) against the plan's promise:
 
 - ``rate_high`` / ``rate_low``: the arrival rate outside the plan's headroom (``rate_up`` above, or
-  ``rate_down`` below: paying for capacity nobody uses is drift too);
+  ``rate_down`` below: paying for capacity nobody uses is drift too) *and* outside the band the plan's own
+  arrival process strays within over a window (``Promise.rate_band``): a bursty trace's swings are what
+  the plan was judged on, not drift;
 - ``prompt_mix`` / ``score_mix``: prompt lengths or router scores shifted from the plan's reference
   prompts (two-sample Kolmogorov-Smirnov: significant *and* large, ``ks_d``, so a big sample does not
   flag a negligible shift); the units are the gateway's own (characters, the plan's router's score);
 - ``answer_mix``: answer lengths shifted from the first full window after the plan went live (the
   backends count answer tokens with their own tokenizer, so the baseline is measured, not modelled);
 - ``p95_over``: measured P95 above the promise by ``p95_over``;
-- ``capacity_lost``: a replica group with fewer healthy replicas than the plan deployed.
+- ``capacity_lost``: a replica group with fewer healthy replicas than the plan deployed;
+- ``shedding``: more than ``max_failed`` of the window's requests shed (429) or failed: the one thing
+  the system must not do, whatever the model says.
 
 Hysteresis: a condition fires only after ``sustain`` consecutive checks, and clears only when it is back
 inside half its threshold; after a re-plan nothing fires for ``cooldown_s`` except lost capacity, which
@@ -37,6 +41,7 @@ class Thresholds:
     sustain: int = 3  # consecutive checks a condition must hold
     cooldown_s: float = 180.0  # after a re-plan (capacity loss excepted)
     min_requests: int = 300  # a window with fewer requests judges nothing but capacity
+    max_failed: float = 0.005  # share of a window's requests shed or failed
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Promise:
     prompt_chars: np.ndarray  # reference prompts' lengths
     scores: np.ndarray  # the plan's router on the reference prompts
     groups: dict[str, int]  # replica group -> replicas deployed
+    rate_band: tuple[float, float] = (1.0, 1.0)  # planned traffic's own window-to-window range, over its mean
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,14 @@ class DriftDetector:
         if w.requests < t.min_requests:
             return out
         ratio = w.rate_rps / p.rate_rps
-        ev = {"observed_rps": w.rate_rps, "planned_rps": p.rate_rps, "ratio": ratio}
-        out["rate_high"] = (ratio > 1 + t.rate_up, ratio > 1 + t.rate_up / 2, ev)
-        out["rate_low"] = (ratio < 1 - t.rate_down, ratio < 1 - t.rate_down / 2, ev)
+        hi, lo = max(1 + t.rate_up, p.rate_band[1]), min(1 - t.rate_down, p.rate_band[0])
+        ev = {"observed_rps": w.rate_rps, "planned_rps": p.rate_rps, "ratio": ratio, "fire_above": hi, "fire_below": lo}
+        out["rate_high"] = (ratio > hi, ratio > 1 + (hi - 1) / 2, ev)
+        out["rate_low"] = (ratio < lo, ratio < 1 - (1 - lo) / 2, ev)
+        failed = sum(w.tier_failed.values())
+        share = failed / w.requests
+        ev = {"failed": failed, "requests": w.requests, "share": share}
+        out["shedding"] = (share > t.max_failed, share > t.max_failed / 2, ev)
         baseline = self.answer_baseline if self.answer_baseline is not None else np.zeros(0)
         mixes: tuple[tuple[str, np.ndarray, np.ndarray], ...] = (
             ("prompt_mix", w.prompt_chars, p.prompt_chars),
@@ -135,9 +146,22 @@ class DriftDetector:
         return fired
 
     def replanned(self, promise: Promise, now: float) -> None:
-        """A new plan went live: judge against its promise, re-measure the answer baseline, stay quiet."""
+        """A new plan went live: judge against its promise, re-measure the answer baseline, stay quiet for
+        the cooldown (a rollout's transition is not drift)."""
         self.promise = promise
         self.answer_baseline = None
         self._streak.clear()
         self._active.clear()
+        self._quiet_until = now + self.thresholds.cooldown_s
+
+    def acknowledged(self, promise: Promise) -> None:
+        """A re-plan kept the running plan: judge against ``promise`` (the load it was found fit for) from now
+        on. Nothing went live, so nothing is re-measured and nobody goes quiet: the triggers that fired stay
+        active (they fire again only after clearing, so a lasting shift is not re-searched every check),
+        while any other condition (distress above all) fires as soon as it holds."""
+        self.promise = promise
+
+    def quiet(self, now: float) -> None:
+        """Nothing was changed but nothing more can be done now (no plan found, a dry run): no firing for the
+        cooldown (lost capacity excepted), baselines kept."""
         self._quiet_until = now + self.thresholds.cooldown_s

@@ -18,10 +18,37 @@ from boute.specs import Plan, ReplicaGroup, Scenario
 RATE_HEADROOM = 1.10
 
 
-def promise_of(plan: Plan, plan_path: str | Path, root: Path | None = None, rate_rps: float | None = None) -> Promise:
+def rate_band(sc: Scenario, rate_rps: float, window_s: float, q: float = 0.005) -> tuple[float, float]:
+    """The ``q`` and ``1 - q`` quantiles of the rate the scenario's own arrival process shows over windows of
+    ``window_s`` seconds, relative to its mean: how far a window of *planned* traffic strays by itself.
+
+    The plan's promise was judged on that very process (the trace's minute-scale swings included: over
+    30 s windows the built-in trace ranges 0.72-1.37x its mean), so a window inside the band is the plan's
+    own traffic, not drift. An hour of the process, windows every sixth of a span."""
+    from boute.workload import build_workload
+
+    w = build_workload(sc, rate_rps=rate_rps, duration_s=max(3600.0, 60.0 * window_s), seed=0)
+    horizon = float(w.arrival_s[-1]) if len(w.arrival_s) else 0.0
+    starts = np.arange(0.0, max(horizon - window_s, 0.0), window_s / 6.0)
+    if len(starts) < 10:
+        return 1.0, 1.0
+    counts = np.searchsorted(w.arrival_s, starts + window_s) - np.searchsorted(w.arrival_s, starts)
+    ratio = counts / (w.rate_rps * window_s)
+    lo, hi = np.quantile(ratio, [q, 1.0 - q])
+    return float(lo), float(hi)
+
+
+def promise_of(
+    plan: Plan,
+    plan_path: str | Path,
+    root: Path | None = None,
+    rate_rps: float | None = None,
+    window_s: float | None = None,
+) -> Promise:
     """The plan's promise in the gateway's units: its scenario's rate (``rate_rps``: the load it was judged
-    fit for since, when a re-plan kept it) and the predicted P95, its reference prompts' lengths in
-    characters and its own router's scores on them, its replica groups."""
+    fit for since, when a re-plan kept it) with the band its arrival process strays within over
+    ``window_s`` windows, the predicted P95, its reference prompts' lengths in characters and its own
+    router's scores on them, its replica groups."""
     from boute.quality.profiles import load_profile
 
     sc = plan_scenario(plan, plan_path, root)
@@ -41,8 +68,10 @@ def promise_of(plan: Plan, plan_path: str | Path, root: Path | None = None, rate
         key = group_key(g.tier, g.gpu, g.tp, g.pp)
         groups[key] = groups.get(key, 0) + g.count
     p95 = plan.predicted.p95_latency_s if plan.predicted is not None else None
+    rate = float(rate_rps if rate_rps is not None else sc.workload.rate_rps)
     return Promise(
-        rate_rps=float(rate_rps if rate_rps is not None else sc.workload.rate_rps),
+        rate_rps=rate,
+        rate_band=rate_band(sc, rate, window_s) if window_s else (1.0, 1.0),
         p95_s=p95,
         prompt_chars=np.array([len(p) for p in prompts], dtype=float),
         scores=scores,
@@ -58,6 +87,13 @@ def healthy_deployment(plan: Plan, w: Window) -> list[ReplicaGroup]:
         if n > 0:
             out.append(g.model_copy(update={"count": n}))
     return out
+
+
+def input_shift(w: Window, promise: Promise) -> float:
+    """Mean prompt length observed over the mean the promise assumes (1.0 when either is unknown)."""
+    if not len(w.prompt_chars) or not len(promise.prompt_chars):
+        return 1.0
+    return float(np.mean(w.prompt_chars) / np.mean(promise.prompt_chars))
 
 
 def lost_gpus(plan: Plan, w: Window) -> dict[str, int]:
@@ -91,9 +127,8 @@ def observed_scenario(
     kinds = {t.kind for t in fired}
     wl = sc.workload
     lengths = wl.lengths
-    if "prompt_mix" in kinds and len(w.prompt_chars) and len(promise.prompt_chars):
-        shift = float(np.mean(w.prompt_chars) / np.mean(promise.prompt_chars))
-        lengths = lengths.model_copy(update={"input_scale": lengths.input_scale * shift})
+    if "prompt_mix" in kinds:
+        lengths = lengths.model_copy(update={"input_scale": lengths.input_scale * input_shift(w, promise)})
     if "answer_mix" in kinds and answer_baseline is not None and len(w.answer_tokens) and len(answer_baseline):
         shift = float(np.mean(w.answer_tokens) / np.mean(answer_baseline))
         lengths = lengths.model_copy(update={"output_scale": lengths.output_scale * shift})
