@@ -178,7 +178,6 @@ class Gateway:
         self.policy: RoutePolicy | None = None
         self.plan_error: str | None = None
         self._compiled: RoutePolicy | None = None
-        self._compiled_root: Path | None = None
         self.inflight = 0
         self.tier_inflight: dict[str, int] = {}
         self.scoring = 0
@@ -251,15 +250,13 @@ class Gateway:
         where = materialise(plan, self.state.fetch_artifact, root, artifact_cache())
         check_plan_hardware(plan, plan_catalog(plan, "plan"), "plan")
         self._compiled = RoutePolicy(plan, where, judge=self._judge(), file=s.plan or "plan")
-        self._compiled_root = where
         return self._compiled
 
     def plan_files(self, plan: Plan) -> list[tuple[str, bytes]]:
-        """The bundle files of ``plan`` (compiled by :meth:`policy_for` just before), for the shared store."""
-        self.policy_for(plan)
-        if not plan.artifacts or self._compiled_root is None:
-            return []
-        return bundle_files(plan, self._compiled_root)
+        """Compile ``plan`` (SpecError when it cannot serve) and return its bundle files, read where the
+        compiled routing found them, for the shared store."""
+        root = self.policy_for(plan).root
+        return bundle_files(plan, root) if plan.artifacts else []
 
     def _judge(self) -> Any:
         """Cascade judge: an LLM judge when BOUTE_JUDGE_URL is set, else RoutePolicy's stand-in."""

@@ -166,6 +166,7 @@ class RoutePolicy:
         """``root``: the folder the plan's bundle paths resolve against; ``scorer`` replaces the plan's (tests)."""
         r = plan.routing
         root = root or Path.cwd()
+        self.root = root  # where its bundle files are (the gateway uploads them from here for its peers)
         self.plan = plan
         self.mode = r.mode
         self.tiers: tuple[str, ...] = tuple(r.tiers)

@@ -54,9 +54,8 @@ def decide(fired: list[Trigger], w: Window, objective: str | None, before: Judge
     distress = sorted({t.kind for t in fired} & DISTRESS)
     if distress:
         return Decision(True, "measured distress: " + ", ".join(distress))
-    failed = sum(w.tier_failed.values())
-    if w.requests and failed / w.requests > MAX_FAILED:
-        return Decision(True, f"{failed} of {w.requests} requests shed or failed in the window")
+    if w.failed_share > MAX_FAILED:
+        return Decision(True, f"{w.failed} of {w.requests} requests shed or failed in the window")
     if not after.feasible:
         return Decision(False, "the new plan does not meet the targets under the observed load")
     if before is None or not before.feasible:

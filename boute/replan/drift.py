@@ -104,10 +104,8 @@ class DriftDetector:
         ev = {"observed_rps": w.rate_rps, "planned_rps": p.rate_rps, "ratio": ratio, "fire_above": hi, "fire_below": lo}
         out["rate_high"] = (ratio > hi, ratio > 1 + (hi - 1) / 2, ev)
         out["rate_low"] = (ratio < lo, ratio < 1 - (1 - lo) / 2, ev)
-        failed = sum(w.tier_failed.values())
-        share = failed / w.requests
-        ev = {"failed": failed, "requests": w.requests, "share": share}
-        out["shedding"] = (share > t.max_failed, share > t.max_failed / 2, ev)
+        ev = {"failed": w.failed, "requests": w.requests, "share": w.failed_share}
+        out["shedding"] = (w.failed_share > t.max_failed, w.failed_share > t.max_failed / 2, ev)
         baseline = self.answer_baseline if self.answer_baseline is not None else np.zeros(0)
         mixes: tuple[tuple[str, np.ndarray, np.ndarray], ...] = (
             ("prompt_mix", w.prompt_chars, p.prompt_chars),

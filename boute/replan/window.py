@@ -98,6 +98,16 @@ class Window:
     healthy: dict[str, int]
     instances: int
 
+    @property
+    def failed(self) -> int:
+        """Requests shed (429) or failed in the window, all tiers."""
+        return sum(self.tier_failed.values())
+
+    @property
+    def failed_share(self) -> float:
+        """``failed`` over the window's requests (0 for an empty window)."""
+        return self.failed / self.requests if self.requests else 0.0
+
     def summary(self) -> dict[str, Any]:
         def mean(a: np.ndarray) -> float | None:
             return float(a.mean()) if a.size else None
