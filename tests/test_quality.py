@@ -58,6 +58,35 @@ def test_fraction_threshold_round_trip() -> None:
         np.testing.assert_allclose(qm.fractions_for_thresholds(qm.thresholds_for_fractions(f)), f, atol=1e-12)
 
 
+def test_a_harder_mix_lowers_quality_moves_thresholds_and_keeps_load_shares() -> None:
+    """Re-weighting profile rows to a mix of harder prompts: the same fractions still mean the same load
+    shares (the thresholds move up), the quality is the harder traffic's, and the running thresholds under
+    the new mix send more to the large tier."""
+    from boute.quality.policy import mix_weights, systematic_resample
+
+    rng = np.random.default_rng(3)
+    n = 6000
+    d = rng.random(n)
+    q = np.stack([(rng.random(n) > d).astype(float), (rng.random(n) > 0.3 * d).astype(float)], axis=1)
+    test = np.sort(rng.choice(n, n // 2, replace=False))
+    base = QualityModel(("small", "large"), q[test], test, d)
+    same = base.reweighted(np.ones(n))
+    assert same.preroute([0.7, 0.3]).quality == pytest.approx(base.preroute([0.7, 0.3]).quality)
+    np.testing.assert_allclose(same.thresholds_for_fractions([0.7, 0.3]), base.thresholds_for_fractions([0.7, 0.3]))
+    hard = base.reweighted(mix_weights(d, [0.5], [0.2, 0.8]))  # 80% of traffic from the harder half
+    t_base, t_hard = base.thresholds_for_fractions([0.7, 0.3]), hard.thresholds_for_fractions([0.7, 0.3])
+    assert t_hard[0] > t_base[0] + 0.1
+    assert hard.preroute([0.7, 0.3]).shares[1] == pytest.approx(0.3, abs=0.02)
+    assert hard.preroute([0.7, 0.3]).quality < base.preroute([0.7, 0.3]).quality - 0.05
+    # the old cut (d > 0.7) under the new mix: 0.8 * 0.3 / 0.5 = 48% of the traffic to the large tier, not 30%
+    assert hard.fractions_for_thresholds(t_base)[1] == pytest.approx(0.48, abs=0.01)
+    assert np.mean(d[hard.test_index] > 0.5) == pytest.approx(0.8, abs=0.01)
+    with pytest.raises(ValueError, match="already re-weighted"):
+        hard.reweighted(np.ones(n))
+    with pytest.raises(ValueError, match="not all 0"):
+        systematic_resample(np.zeros(5), 3)
+
+
 def test_all_to_one_tier_gets_that_tiers_quality(gsm8k_qm: QualityModel) -> None:
     qm = gsm8k_qm
     for k in range(2):

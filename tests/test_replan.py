@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from boute.replan.drift import Promise, Trigger
+from boute.replan.drift import Promise
 from boute.replan.observed import observed_scenario
 from boute.replan.window import Window
 from boute.specs import Plan, load_scenario
@@ -44,7 +45,7 @@ def test_the_observed_scenario_takes_the_rate_the_mix_and_the_healthy_fleet() ->
     sc = load_scenario("builtin:small-live")
     promise = Promise(3.0, 5.0, np.full(100, 300.0), np.zeros(0), {"small/rtx-4090/tp1pp1": 2})
     healthy = {"small/rtx-4090/tp1pp1": 0, "large/h100-sxm/tp4pp1": 1}  # every rtx-4090 replica is down
-    fired = [Trigger("answer_mix", 0.0, {}), Trigger("capacity_lost", 0.0, {})]
+    fired = {"answer_mix", "capacity_lost"}
     obs = observed_scenario(sc, PLAN, _window(5.0, healthy, answers=400), promise, np.full(50, 200.0), fired)
     assert obs.workload.rate_rps == pytest.approx(5.0 * 1.1)
     assert obs.workload.lengths.output_scale == pytest.approx(2.0, rel=0.05)  # answers doubled
@@ -53,6 +54,35 @@ def test_the_observed_scenario_takes_the_rate_the_mix_and_the_healthy_fleet() ->
     assert "rtx-4090" not in obs.cluster.prices or obs.cluster.gpus.get("rtx-4090", 0) > 0
     obs2 = observed_scenario(sc, PLAN, _window(5.0, healthy), promise, None, fired, rate_rps=7.0)
     assert obs2.workload.rate_rps == pytest.approx(7.7)  # a more recent rate estimate wins
+
+
+def test_harder_traffic_is_planned_as_a_mix_the_running_cut_and_the_answers_it_explains() -> None:
+    """Scores shifted up and answers longer: the observed scenario carries the window's score mix, the
+    running plan's thresholds are judged by the load shares they give under it, and only the part of the
+    answer shift the mix does not explain goes into ``output_scale``."""
+    from boute.quality import quality_model_for
+    from boute.replan.observed import running_fractions
+    from boute.workload import profile_mean_lengths
+
+    sc = load_scenario("builtin:small-live")
+    ref = quality_model_for(sc).route_all
+    cut = float(np.quantile(ref, 0.7))
+    plan = PLAN.model_copy(
+        update={"routing": PLAN.routing.model_copy(update={"scorer": "learned", "router": "r", "thresholds": [cut]})}
+    )
+    promise = Promise(3.0, 5.0, np.full(100, 300.0), ref, {})
+    rng = np.random.default_rng(1)
+    hard = rng.choice(ref[ref > np.quantile(ref, 0.5)], 2000)  # traffic from the harder half only
+    w = dataclasses.replace(_window(3.0, {}, answers=300.0), scores=hard)
+    obs = observed_scenario(sc, plan, w, promise, np.full(50, 200.0), {"answer_mix"})
+    mix = obs.workload.mix
+    assert mix is not None and len(mix.shares) == 10 and sum(mix.shares[:5]) == pytest.approx(0.0, abs=0.01)
+    base_len, mix_len = profile_mean_lengths(sc), profile_mean_lengths(obs)
+    assert base_len is not None and mix_len is not None
+    explained = mix_len[1] / base_len[1]
+    assert obs.workload.lengths.output_scale == pytest.approx(1.5 / explained, rel=0.05)
+    assert running_fractions(plan, sc) == tuple(plan.routing.fractions or ())  # the plan's own mix: as written
+    assert running_fractions(plan, obs)[1] > 0.5  # the 70th-percentile cut sends most harder traffic up
 
 
 def test_a_warm_started_search_resumes_from_rescored_trials(tmp_path: Path) -> None:

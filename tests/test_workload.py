@@ -68,6 +68,26 @@ def test_profile_lengths_follow_prompts(sc) -> None:  # type: ignore[no-untyped-
     assert 80 < prof.output_tokens.mean() < 150  # worked answers
 
 
+def test_a_scenario_mix_draws_prompts_in_it_and_a_bad_mix_names_its_field(sc, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from boute.errors import SpecError
+    from boute.quality import quality_model_for
+    from boute.specs.scenario import ScoreMix
+
+    scores = quality_model_for(sc).route_all
+    edge = float(np.quantile(scores, 0.8))
+    mixed = _with(sc, mix=ScoreMix(edges=[edge], shares=[0.0, 1.0]))
+    w = build_workload(mixed, duration_s=20.0)
+    assert (scores[w.prompt_index] > edge).all()  # only the hardest fifth of the prompts
+    assert quality_model_for(mixed).preroute([1.0, 0.0]).quality < quality_model_for(sc).preroute([1.0, 0.0]).quality
+    doc = sc.model_dump(mode="json") | {"name": "bad-mix"}
+    doc["workload"]["mix"] = {"edges": [0.5, 0.2], "shares": [0.2, 0.3, 0.5]}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=r"bad.yaml.*workload.mix.*ascending"):
+        load_scenario(tmp_path / "bad.yaml")
+
+
 def test_mtbench_profile_has_two_turns_per_question() -> None:
     prof = profile_lengths("builtin:mt-bench", "auto", ("gpt-4-1106-preview",))
     assert len(prof.input_tokens) == 160

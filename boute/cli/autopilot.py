@@ -22,7 +22,7 @@ import yaml
 from boute.errors import BouteError
 from boute.replan.decide import Judged, decide
 from boute.replan.drift import DriftDetector, Promise, Thresholds, Trigger
-from boute.replan.observed import healthy_deployment, input_shift, observed_scenario, promise_of
+from boute.replan.observed import healthy_deployment, observed_scenario, promise_of, running_fractions
 from boute.replan.window import Window, merge, read_snapshots
 from boute.serving import RedisKeys
 from boute.serving.bundle import open_plan, plan_scenario
@@ -68,9 +68,9 @@ class Autopilot:
         self.key = RedisKeys(self.cfg.get("prefix", "boute")).observations
         self.redis_url = str(self.cfg["redis_url"])
         self.plan, self.sc = self._load(directory / DESIRED)
-        #: prompt lengths the running plan's scenario assumes, over its reference prompts' (re-plans on a
-        #: prompt mix scale the scenario; the reference stays the profile's)
-        self.prompt_shift = 1.0
+        #: the first plan's prompt scale: a re-plan's scenario scales prompts beyond its reference's by its own
+        #: over this (the promise's prompt lengths follow; the reference stays the profile's)
+        self.base_input_scale = self.sc.workload.lengths.input_scale
         self.detector = DriftDetector(self._promise(self.plan, directory / DESIRED), thresholds)
         self.warm_from = warm_from
         self.rounds = 0
@@ -86,7 +86,8 @@ class Autopilot:
     def _promise(self, plan: Plan, path: Path, rate_rps: float | None = None) -> Promise:
         """The plan's promise in this loop's units: windows of ``window_s``, prompts as the plan assumes them."""
         p = promise_of(plan, path, rate_rps=rate_rps, window_s=self.window_s)
-        return dataclasses.replace(p, prompt_chars=p.prompt_chars * self.prompt_shift)
+        shift = self.sc.workload.lengths.input_scale / self.base_input_scale
+        return dataclasses.replace(p, prompt_chars=p.prompt_chars * shift)
 
     def window(self, now: float | None = None, span_s: float | None = None) -> Window:
         now = time.time() if now is None else now
@@ -120,8 +121,10 @@ class Autopilot:
 
         self.rounds += 1
         n, stamp = self.rounds, time.strftime("%Y%m%dT%H%M%S")
+        # every length shift the detector holds, not only this check's: a shift acknowledged earlier is still there
+        shifted = {t.kind for t in fired} | self.detector.active
         obs = observed_scenario(
-            self.sc, self.plan, w, self.detector.promise, self.detector.answer_baseline, fired, rate_rps=rate_rps
+            self.sc, self.plan, w, self.detector.promise, self.detector.answer_baseline, shifted, rate_rps=rate_rps
         )
         # beside the plan: the scenario's relative file references (the bundle) resolve from there
         obs_file = self.dir / f"observed-{n}.yaml"
@@ -133,7 +136,7 @@ class Autopilot:
         fast = FastEvaluator(obs, mode=mode)
         # the running plan as it stands (lost replicas gone), under the observed workload: the gain's baseline
         standing = healthy_deployment(self.plan, w)
-        old = Candidate(tuple(self.plan.routing.fractions or ()), tuple(standing), float(plan_cost(standing, obs)))
+        old = Candidate(running_fractions(self.plan, obs), tuple(standing), float(plan_cost(standing, obs)))
         try:
             before = fast(old) if self.plan.routing.fractions and standing else None
         except BouteError:  # e.g. a loaded tier left with no replica
@@ -222,8 +225,6 @@ class Autopilot:
             return record
         live = time.time()
         self.plan, self.sc = self._load(self.dir / DESIRED)
-        if "prompt_mix" in {t.kind for t in fired}:  # the new plan's scenario has the shift baked in
-            self.prompt_shift *= input_shift(w, self.detector.promise)
         self.detector.replanned(self._promise(self.plan, self.dir / DESIRED), live)
         self.warm_from = [name]
         self.say(f"re-plan {n} live after {live - t_trigger:.1f} s (search {search_s:.1f} s; {verdict.reason}): {out}")

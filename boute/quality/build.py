@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.policy import QualityModel
+from boute.quality.policy import QualityModel, mix_weights
 from boute.quality.profiles import QualityProfile, load_profile
 
 if TYPE_CHECKING:
@@ -200,7 +200,18 @@ def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> Q
         _MEMO[key] = build_quality_model(
             profile, models, [t.name for t in scenario.tiers], router_path=router_path, cache_dir=cache_dir
         )
-    return _MEMO[key]
+    mix = scenario.workload.mix
+    if mix is None:
+        return _MEMO[key]
+    mixed = (*key, tuple(mix.edges), tuple(mix.shares))
+    if mixed not in _MEMO:
+        base = _MEMO[key]
+        try:
+            weights = mix_weights(base.route_all, mix.edges, mix.shares)
+        except ValueError as e:
+            raise SpecError(scenario.source, "workload.mix", str(e)) from None
+        _MEMO[mixed] = base.reweighted(weights)
+    return _MEMO[mixed]
 
 
 def _mtime(path: str) -> float | None:

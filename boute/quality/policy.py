@@ -93,6 +93,32 @@ def thresholds_for_fractions(reference_scores: ArrayLike, fractions: ArrayLike) 
     return np.array(_cut(_midpoints(ref), f))
 
 
+def systematic_resample(weights: ArrayLike, n: int) -> np.ndarray:
+    """``n`` indices drawn in proportion to ``weights`` on an even grid (no randomness: the same mix gives
+    the same sample, and each index appears within one of its expected count)."""
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if not (w.size and np.all(w >= 0) and np.isfinite(w).all() and w.sum() > 0):
+        raise ValueError("weights must be finite, >= 0 and not all 0")
+    cdf = np.cumsum(w) / w.sum()
+    return np.minimum(np.searchsorted(cdf, (np.arange(n) + 0.5) / n, side="right"), w.size - 1)
+
+
+def mix_weights(scores: ArrayLike, edges: Sequence[float], shares: Sequence[float]) -> np.ndarray:
+    """Weight per prompt so that prompts scored ``scores`` show ``shares`` per score bin (bin ``k``:
+    ``edges[k-1] < score <= edges[k]``): each bin's target share over its share among these prompts.
+    A bin the traffic fills but these prompts leave empty cannot be represented: the other bins carry it."""
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    share = np.asarray(shares, dtype=np.float64)
+    if len(share) != len(edges) + 1:
+        raise ValueError(f"shares: expected {len(edges) + 1} values, got {len(share)}")
+    b = np.searchsorted(np.asarray(edges, dtype=np.float64), s, side="left")
+    have = np.bincount(b, minlength=len(share)) / max(len(s), 1)
+    per_bin = np.divide(share, have, out=np.zeros_like(share), where=have > 0)
+    if not per_bin.any():
+        raise ValueError("the mix puts no weight on any bin these prompts fall in")
+    return per_bin[b]
+
+
 def _cut(mid: Sequence[float], f: list[float]) -> list[float]:
     """The cut points for fractions ``f`` among reference midpoints ``mid``: the rule itself, one copy."""
     return [float(mid[k]) for k in _cum_index(f, len(mid) - 1)]
@@ -114,6 +140,10 @@ class QualityModel:
     route_all: np.ndarray
     cascade_scores: Callable[[], np.ndarray] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: profile rows the thresholds are calibrated on (with repeats: a re-weighted mix); None: every row once
+    calibration: np.ndarray | None = None
+    #: relative weight of each profile row in the traffic (None: the profile's own mix, every row alike)
+    row_weights: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n_tiers = len(self.tiers)
@@ -123,7 +153,8 @@ class QualityModel:
         self.test_scores = q
         self.n_test = q.shape[0]
         self.tier_quality = q.mean(axis=0)
-        self._cal = np.sort(self.route_all)
+        self._cal_rows = np.arange(len(self.route_all)) if self.calibration is None else self.calibration
+        self._cal = np.sort(self.route_all[self._cal_rows])
         self._cal_mid = _midpoints(self._cal)
         d = self.route_all[self.test_index]
         order = np.argsort(d, kind="stable")
@@ -158,6 +189,34 @@ class QualityModel:
         shares = np.array([(b[k + 1] - b[k]) / n for k in range(len(t) + 1)])
         return PolicyResult(total / n, shares, shares, 0.0, np.array(t))
 
+    # ------------------------------------------------------------------------------ mix
+    def reweighted(self, row_weights: ArrayLike) -> QualityModel:
+        """This model under another traffic mix: profile row ``i`` weighs ``row_weights[i]``.
+
+        Held-out queries and calibration rows are resampled to the weights (systematic resampling: the
+        same sizes, deterministic), so every policy method works unchanged: the quality is the mix's
+        (harder traffic scores lower), and fractions stay *load* shares because the thresholds are cut on
+        the re-weighted calibration rows (they move with the mix, the shares do not).
+        """
+        w = np.asarray(row_weights, dtype=np.float64).reshape(-1)
+        if w.shape != self.route_all.shape:
+            raise ValueError(f"row_weights: expected {self.route_all.shape[0]} values, got {w.shape[0]}")
+        if self.calibration is not None or self.row_weights is not None:
+            raise ValueError("reweighted: this model is already re-weighted; re-weight the profile's own model")
+        pick = systematic_resample(w[self.test_index], self.n_test)
+        prep = self._casc
+        casc = self.cascade_scores if prep is None else (lambda: prep["v_all"])  # computed once, shared
+        return QualityModel(
+            self.tiers,
+            self.test_scores[pick],
+            self.test_index[pick],
+            self.route_all,
+            casc,
+            dict(self.info),
+            calibration=systematic_resample(w, len(w)),
+            row_weights=w,
+        )
+
     # -------------------------------------------------------------------------------- cascade
     def _cascade_prep(self) -> dict[str, Any]:
         if self._casc is None:
@@ -167,11 +226,12 @@ class QualityModel:
                 raise BouteError("cascade mode needs a verifier: this quality model has none")
             v_all = np.asarray(self.cascade_scores(), dtype=np.float64).reshape(len(self.route_all), -1)
             v = v_all[self.test_index]
-            prep: dict[str, Any] = {"v_all": v_all, "v": v}
+            v_cal = v_all[self._cal_rows]
+            prep: dict[str, Any] = {"v_all": v_all, "v": v, "v_cal": v_cal}
             if len(self.tiers) == 2:  # fast path: held-out queries ordered by confidence, descending
                 order = np.argsort(-v[:, 0], kind="stable")
                 prep["neg_v"] = (-v[order, 0]).tolist()
-                prep["mid_desc"] = _midpoints(np.sort(v_all[:, 0])[::-1], descending=True)
+                prep["mid_desc"] = _midpoints(np.sort(v_cal[:, 0])[::-1], descending=True)
                 q = self.test_scores[order]
                 prep["c0"] = np.concatenate([[0.0], np.cumsum(q[:, 0])]).tolist()
                 prep["c1"] = np.concatenate([[0.0], np.cumsum(q[:, 1])]).tolist()
@@ -181,7 +241,7 @@ class QualityModel:
     def cascade_thresholds(self, fractions: ArrayLike) -> np.ndarray:
         """theta_k such that a ``fractions[k]`` share of all calibration queries is accepted at tier k."""
         f = _check_fractions(fractions, len(self.tiers))
-        v = self._cascade_prep()["v_all"]
+        v = self._cascade_prep()["v_cal"]
         m = v.shape[0]
         remaining = np.ones(m, dtype=bool)
         theta = np.full(len(self.tiers) - 1, np.inf)

@@ -124,6 +124,11 @@ class DriftDetector:
             out["p95_over"] = (over > t.p95_over, over > t.p95_over / 2, ev)
         return out
 
+    @property
+    def active(self) -> frozenset[str]:
+        """Conditions that fired and have not cleared since (a kept plan leaves them active)."""
+        return frozenset(self._active)
+
     def check(self, w: Window, now: float) -> list[Trigger]:
         """Judge one window; the triggers that fire now (each logged)."""
         if self.answer_baseline is None and w.requests >= self.thresholds.min_requests and len(w.answer_tokens):

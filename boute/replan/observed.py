@@ -3,19 +3,23 @@ is optimised for (the observed workload on the fleet that is actually healthy)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 
 from boute.errors import BouteError
-from boute.replan.drift import Promise, Trigger
+from boute.quality.policy import mix_weights, systematic_resample
+from boute.replan.drift import Promise
 from boute.replan.window import Window, group_key
 from boute.serving.bundle import plan_scenario
 from boute.specs import Plan, ReplicaGroup, Scenario
+from boute.specs.scenario import ScoreMix
 
 #: a re-plan sizes for the observed rate times this: a plan born at its own edge re-triggers at once
 RATE_HEADROOM = 1.10
+#: router-score bins of an observed mix (deciles of the plan's reference scores)
+MIX_BINS = 10
 
 
 def rate_band(sc: Scenario, rate_rps: float, window_s: float, q: float = 0.005) -> tuple[float, float]:
@@ -63,6 +67,10 @@ def promise_of(
         from boute.quality.router import load_router
 
         scores = np.asarray(load_router(base / plan.routing.router).score(prompts))
+    mix = sc.workload.mix
+    if mix is not None and len(scores) == len(prompts):  # the plan was made for a mix: its reference, resampled
+        rows = systematic_resample(mix_weights(scores, mix.edges, mix.shares), len(scores))
+        prompts, scores = [prompts[i] for i in rows], scores[rows]
     groups: dict[str, int] = {}
     for g in plan.deployment:
         key = group_key(g.tier, g.gpu, g.tp, g.pp)
@@ -77,6 +85,18 @@ def promise_of(
         scores=scores,
         groups=groups,
     )
+
+
+def running_fractions(plan: Plan, sc: Scenario) -> tuple[float, ...]:
+    """The load shares the running plan's pre-route thresholds give under ``sc``'s mix: what the gateway does
+    with the traffic now (its ``fractions`` are the shares of the mix it was made for)."""
+    fr = tuple(plan.routing.fractions or ())
+    r = plan.routing
+    if r.mode != "preroute" or r.scorer != "learned" or r.thresholds is None or sc.workload.mix is None:
+        return fr
+    from boute.quality import quality_model_for
+
+    return tuple(float(f) for f in quality_model_for(sc).fractions_for_thresholds(r.thresholds))
 
 
 def healthy_deployment(plan: Plan, w: Window) -> list[ReplicaGroup]:
@@ -107,33 +127,52 @@ def lost_gpus(plan: Plan, w: Window) -> dict[str, int]:
     return out
 
 
+def observed_mix(w: Window, promise: Promise, bins: int = MIX_BINS) -> ScoreMix | None:
+    """The window's router scores as a mix over bins cut at the promise's score quantiles (None when the plan
+    routes without a learned scorer or the window holds too few scores to fill the bins)."""
+    if len(promise.scores) < bins or len(w.scores) < 10 * bins:
+        return None
+    edges = np.unique(np.quantile(promise.scores, np.linspace(0.0, 1.0, bins + 1)[1:-1]))
+    counts = np.bincount(np.searchsorted(edges, w.scores, side="left"), minlength=len(edges) + 1)
+    return ScoreMix(edges=edges.tolist(), shares=(counts / counts.sum()).tolist())
+
+
 def observed_scenario(
     sc: Scenario,
     plan: Plan,
     w: Window,
     promise: Promise,
     answer_baseline: np.ndarray | None,
-    fired: Sequence[Trigger],
+    shifted: Collection[str],
     headroom: float = RATE_HEADROOM,
     rate_rps: float | None = None,
 ) -> Scenario:
     """``sc`` with the observed workload and the healthy fleet:
 
     - rate: the observed rate (``rate_rps``: a more recent estimate, when given) times ``headroom``;
-    - lengths: prompt and answer lengths scaled by the observed shift when a mix trigger fired (prompts
-      against the plan's reference, answers against the first window the plan served);
+    - mix: the window's router-score mix (:func:`observed_mix`): which prompts the traffic holds decides the
+      tier loads and the quality a routing gets, so harder traffic is planned as harder, not as longer;
+    - lengths: for each length condition in ``shifted`` (the detector's ``prompt_mix`` / ``answer_mix``), the
+      observed shift (prompts against the plan's reference, answers against the first window the plan
+      served) beyond what the change of mix explains by itself;
     - inventory: GPUs of replica groups that are down are taken out (a lost GPU type ends with none).
     """
-    kinds = {t.kind for t in fired}
+    from boute.workload import profile_mean_lengths
+
     wl = sc.workload
+    mix = observed_mix(w, promise) or wl.mix
+    moved = profile_mean_lengths(sc.model_copy(update={"workload": wl.model_copy(update={"mix": mix})}))
+    before = profile_mean_lengths(sc)
+    explained = (1.0, 1.0) if moved is None or before is None else (moved[0] / before[0], moved[1] / before[1])
     lengths = wl.lengths
-    if "prompt_mix" in kinds:
-        lengths = lengths.model_copy(update={"input_scale": lengths.input_scale * input_shift(w, promise)})
-    if "answer_mix" in kinds and answer_baseline is not None and len(w.answer_tokens) and len(answer_baseline):
+    if "prompt_mix" in shifted:
+        scale = lengths.input_scale * input_shift(w, promise) / explained[0]
+        lengths = lengths.model_copy(update={"input_scale": scale})
+    if "answer_mix" in shifted and answer_baseline is not None and len(w.answer_tokens) and len(answer_baseline):
         shift = float(np.mean(w.answer_tokens) / np.mean(answer_baseline))
-        lengths = lengths.model_copy(update={"output_scale": lengths.output_scale * shift})
+        lengths = lengths.model_copy(update={"output_scale": lengths.output_scale * shift / explained[1]})
     rate = max(rate_rps if rate_rps is not None else w.rate_rps, 1e-3) * headroom
-    workload = wl.model_copy(update={"rate_rps": rate, "lengths": lengths})
+    workload = wl.model_copy(update={"rate_rps": rate, "lengths": lengths, "mix": mix})
     gpus = dict(sc.cluster.gpus)
     for gpu, n in lost_gpus(plan, w).items():
         gpus[gpu] = max(0, gpus.get(gpu, 0) - n)

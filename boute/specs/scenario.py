@@ -91,10 +91,34 @@ class Lengths(_Frozen):
     output_scale: PositiveFloat = Field(1.0, description="multiply answer lengths (a re-plan's observed shift)")
 
 
+class ScoreMix(_Frozen):
+    """The traffic's difficulty mix, in place of the profile's own: the share of requests whose router score
+    falls in each bin (bin ``k`` holds ``edges[k-1] < score <= edges[k]``, the tiers' own rule).
+
+    A re-plan writes the mix the gateways measured, so the search sees the tier loads and the quality the
+    shifted traffic brings (harder prompts reach the large tier more often); a what-if study may write one
+    by hand. Profile prompts are re-weighted to it, bin by bin (:func:`boute.quality.policy.mix_weights`).
+    """
+
+    edges: list[float] = Field(min_length=1, description="router-score bin edges, strictly ascending")
+    shares: list[float] = Field(description="share of requests per bin (len(edges) + 1 values, >= 0)")
+
+    @model_validator(mode="after")
+    def _check(self) -> ScoreMix:
+        if any(not b > a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError("edges must be strictly ascending")
+        if len(self.shares) != len(self.edges) + 1:
+            raise ValueError(f"shares: expected {len(self.edges) + 1} values (one per bin), got {len(self.shares)}")
+        if any(not (s >= 0 and s < float("inf")) for s in self.shares) or sum(self.shares) <= 0:
+            raise ValueError("shares must be finite, >= 0 and not all 0")
+        return self
+
+
 class Workload(_Frozen):
     arrivals: Arrivals = Arrivals()
     rate_rps: PositiveFloat = 100.0
     lengths: Lengths = Lengths()
+    mix: ScoreMix | None = Field(None, description="observed difficulty mix (a re-plan's); default: the profile's")
     duration_s: PositiveFloat = Field(60.0, description="simulated horizon in seconds")
     seed: NonNegativeInt = 0
 

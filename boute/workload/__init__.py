@@ -14,7 +14,7 @@ import numpy as np
 from boute.data import data_path
 from boute.specs.scenario import Scenario
 from boute.workload.arrivals import read_trace, renewal_arrivals, trace_arrivals
-from boute.workload.profiles import profile_lengths
+from boute.workload.profiles import ProfileLengths, profile_lengths
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,32 @@ class WorkloadStats:
     p95_output: float
 
 
+def _profile(scenario: Scenario) -> ProfileLengths:
+    base = scenario.source.parent if scenario.source is not None else None
+    models = tuple(t.quality_model or t.name for t in scenario.tiers)
+    return profile_lengths(scenario.quality.profile, scenario.quality.format, models, base)
+
+
+def _row_weights(scenario: Scenario) -> np.ndarray | None:
+    """Weight of each profile prompt in the scenario's ``workload.mix`` (None: the profile's own mix). The
+    mix is over router scores, which the quality model holds."""
+    if scenario.workload.mix is None:
+        return None
+    from boute.quality import quality_model_for
+
+    return quality_model_for(scenario).row_weights
+
+
+def profile_mean_lengths(scenario: Scenario) -> tuple[float, float] | None:
+    """Mean prompt and answer tokens per request of a profile workload in the scenario's mix, before the
+    ``lengths`` scales (None for other length sources): how much a change of mix alone moves the lengths."""
+    if scenario.workload.lengths.source != "profile":
+        return None
+    prof = _profile(scenario)
+    w = _row_weights(scenario)
+    return float(np.average(prof.input_tokens, weights=w)), float(np.average(prof.output_tokens, weights=w))
+
+
 def _lengths(
     scenario: Scenario, n: int, trace_rows: np.ndarray | None, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,9 +76,12 @@ def _lengths(
     base = scenario.source.parent if scenario.source is not None else None
     pidx = np.full(n, -1, dtype=np.int64)
     if spec.source == "profile":
-        models = tuple(t.quality_model or t.name for t in scenario.tiers)
-        prof = profile_lengths(scenario.quality.profile, scenario.quality.format, models, base)
-        pidx = rng.integers(0, len(prof.input_tokens), n).astype(np.int64)
+        prof = _profile(scenario)
+        w = _row_weights(scenario)
+        if w is None:
+            pidx = rng.integers(0, len(prof.input_tokens), n).astype(np.int64)
+        else:  # prompts drawn in the scenario's difficulty mix
+            pidx = rng.choice(len(w), size=n, p=w / w.sum()).astype(np.int64)
         inp, out = prof.input_tokens[pidx], prof.output_tokens[pidx]
     elif spec.source == "trace":
         trace = read_trace(data_path(scenario.workload.arrivals.trace, base))
@@ -80,7 +109,8 @@ def build_workload(
 
     Trace arrivals replay the trace scaled to the rate (see :mod:`boute.workload.arrivals`); with
     ``lengths.source == "trace"`` each arrival keeps its own trace row's lengths. Profile lengths sample
-    prompts uniformly with replacement and record the row in ``prompt_index``.
+    prompts with replacement (uniformly, or in the scenario's ``workload.mix``) and record the row in
+    ``prompt_index``.
     """
     wl = scenario.workload
     rate = float(rate_rps if rate_rps is not None else wl.rate_rps)
