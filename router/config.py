@@ -30,9 +30,13 @@ class Settings(BaseModel):
     redis_prefix: str = Field("boute", description="key prefix, so several deployments share one Redis")
     admin_token: str | None = Field(None, description="bearer token for /admin/*; None disables admin")
     max_body_bytes: PositiveInt = Field(1 << 20, description="larger request bodies get 413")
-    max_inflight: PositiveInt = Field(1024, description="requests in progress before answering 429")
-    tier_queue_per_replica: PositiveInt = Field(
-        256, description="a tier's requests in progress per healthy replica before answering 429 (overload sheds)"
+    max_inflight: PositiveInt | None = Field(
+        None, description="requests in progress before answering 429; None: the plan's tier bounds summed (>= 1024)"
+    )
+    tier_queue_per_replica: PositiveInt | None = Field(
+        None,
+        description="a tier's requests in progress per healthy replica before answering 429 (overload sheds); "
+        "None: from the plan (router.policy.planned_inflight)",
     )
     max_scoring_queue: PositiveInt = Field(
         64, description="prompts waiting for a slow (non-inline) scorer before answering 429"

@@ -309,11 +309,11 @@ class Gateway:
         coroutine when the client disconnects."""
         t0 = time.perf_counter()
         s = self.settings
-        if self.inflight >= s.max_inflight:
-            return self._shed("inflight", "too many requests in flight")
         policy = self.policy
         if policy is None:
             return Reply.error(503, "no routing plan loaded", headers=self._retry)
+        if self.inflight >= (s.max_inflight or policy.inflight_total):
+            return self._shed("inflight", "too many requests in flight")
         self.inflight += 1
         release = True
         try:
@@ -353,7 +353,8 @@ class Gateway:
             self.observer.arrival(prompt, score)
             entry = policy.tiers[tier]
             held = self.tier_inflight.get(entry, 0)
-            if held >= s.tier_queue_per_replica * max(1, self.balancer.healthy(entry)):
+            per_replica = s.tier_queue_per_replica or policy.inflight_per_replica[entry]
+            if held >= per_replica * max(1, self.balancer.healthy(entry)):
                 self.observer.done(entry, False, 0.0, None)
                 return self._shed("tier_queue", f"tier '{entry}' is at capacity")
             self.tier_inflight[entry] = held + 1

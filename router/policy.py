@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -152,6 +153,43 @@ class ScoreBatcher:
                 f.set_result(sc)
 
 
+#: requests in flight per replica before shedding, for a plan that does not carry its scenario
+DEFAULT_INFLIGHT_PER_REPLICA = 256
+#: the gateway-wide bound never goes below this
+MIN_GATEWAY_INFLIGHT = 1024
+
+
+def planned_inflight(plan: Plan) -> dict[str, int]:
+    """Per tier, the requests in flight per replica at which shedding starts: the tier's planned rate times
+    the plan's P95 cap, over its replicas (Little's law: what the tier holds if every request took the
+    whole cap).
+
+    Below that, the gateway would refuse traffic the plan was made to serve (a fixed 256 per replica shed
+    130 requests of a rate step whose P95 stayed under the promise: one H100 replica carried ~120 req/s at
+    ~2 s). Above it, the queue is deeper than the tier drains within the cap at its planned rate, so an
+    overload sheds before admitted requests miss the target. Never below ``DEFAULT_INFLIGHT_PER_REPLICA``
+    (the bound before plans set it; a lightly loaded tier keeps room for bursts and mix shifts), which is
+    also what a plan without its scenario gets.
+    """
+    spec = plan.scenario_spec or {}
+    try:
+        rate = float(spec["workload"]["rate_rps"])
+        cap = float(spec["targets"]["p95_latency_s"])
+    except (KeyError, TypeError, ValueError):
+        rate = cap = 0.0
+    r = plan.routing
+    fr = [float(f) for f in (r.fractions or [])]
+    if r.mode == "cascade" and fr:  # tier k sees every query not accepted before it
+        fr = [sum(fr[k:]) for k in range(len(fr))]
+    out: dict[str, int] = {}
+    for k, tier in enumerate(r.tiers):
+        replicas = sum(g.count for g in plan.groups(tier))
+        share = fr[k] if k < len(fr) else 0.0
+        planned = math.ceil(rate * share * cap / replicas) if replicas and rate > 0 and cap > 0 else 0
+        out[tier] = max(planned, DEFAULT_INFLIGHT_PER_REPLICA)
+    return out
+
+
 class RoutePolicy:
     """A plan's routing, compiled: tiers, thresholds, mode, scorer. Immutable once built."""
 
@@ -213,6 +251,11 @@ class RoutePolicy:
         for g in plan.deployment:
             self.forced.setdefault(g.model, self.tiers.index(g.tier))
         self.auto_names = frozenset({"boute", "auto", "router", "router-auto", "router-boute"})
+        #: per tier, requests in flight per healthy replica before shedding (:func:`planned_inflight`)
+        self.inflight_per_replica = planned_inflight(plan)
+        #: the gateway-wide bound the plan implies: every tier's bound over its planned replicas
+        planned = sum(n * sum(g.count for g in plan.groups(t)) for t, n in self.inflight_per_replica.items())
+        self.inflight_total = max(MIN_GATEWAY_INFLIGHT, planned)
 
     def model_names(self) -> list[str]:
         return ["boute", *(f"router-{t}" for t in self.tiers)]

@@ -44,6 +44,35 @@ def test_length_policy_routes_long_prompts_to_large_tier_and_forces_by_name() ->
     assert LengthScorer(["a", "bbb"]).score(["bb"]).tolist() == [0.5]
 
 
+def test_shedding_bounds_come_from_the_plans_rate_and_cap() -> None:
+    """Little's law per tier: planned rate x share x P95 cap over the tier's replicas, never below 256 per
+    replica; a plan without its scenario keeps 256; cascades count every query a tier sees."""
+    from router.policy import planned_inflight
+
+    base = {
+        "routing": {
+            "tiers": ["small", "large"],
+            "fractions": [0.82, 0.18],
+            "scorer": "length",
+            "reference": "builtin:gsm8k",
+        },
+        "deployment": [
+            {"tier": "small", "model": "llama-3.1-8b", "gpu": "h100-sxm", "count": 1, "tp": 2},
+            {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 3, "tp": 4},
+        ],
+    }
+    spec = {"workload": {"rate_rps": 150}, "targets": {"p95_latency_s": 15}}
+    plan = Plan.model_validate(base | {"scenario_spec": spec})
+    assert planned_inflight(plan) == {"small": 1845, "large": 256}  # 150 x 0.82 x 15; 150 x 0.18 x 15 / 3 = 135
+    assert RoutePolicy(plan).inflight_total == 1845 + 3 * 256
+    assert planned_inflight(Plan.model_validate(base)) == {"small": 256, "large": 256}
+    cascade = base | {"routing": base["routing"] | {"mode": "cascade"}, "scenario_spec": spec}
+    assert planned_inflight(Plan.model_validate(cascade))["large"] == 256  # 150 x 0.18 x 15 / 3: still under
+    spec_busy = {"workload": {"rate_rps": 600}, "targets": {"p95_latency_s": 15}}
+    busy = Plan.model_validate(cascade | {"scenario_spec": spec_busy})
+    assert planned_inflight(busy) == {"small": 9000, "large": 540}  # every query visits small; 18% reach large
+
+
 def _balancer(**kw: float) -> Balancer:
     bal = Balancer(Settings(cooldown_s=kw.get("cooldown_s", 60.0), cb_failures=3))
     specs = [
