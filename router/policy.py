@@ -253,8 +253,8 @@ class RoutePolicy:
         self.auto_names = frozenset({"boute", "auto", "router", "router-auto", "router-boute"})
         #: per tier, requests in flight per healthy replica before shedding (:func:`planned_inflight`)
         self.inflight_per_replica = planned_inflight(plan)
-        #: the gateway-wide bound the plan implies: every tier's bound over its planned replicas
-        planned = sum(n * sum(g.count for g in plan.groups(t)) for t, n in self.inflight_per_replica.items())
+        #: the gateway-wide bound the plan implies: every replica's tier bound, summed
+        planned = sum(self.inflight_per_replica[g.tier] * g.count for g in plan.deployment)
         self.inflight_total = max(MIN_GATEWAY_INFLIGHT, planned)
 
     def model_names(self) -> list[str]:
