@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from boute.errors import InfeasibleError
@@ -121,12 +122,16 @@ def test_caches_never_change_an_answer(sc, paper) -> None:  # type: ignore[no-un
 @pytest.mark.parametrize("inp,out,tiers", [(2000, 28, 2), (2000, 28, 3), (4000, 40, 3), (1000, 100, 2)])
 def test_prefill_heavy_shapes_agree_with_simulation(inp: int, out: int, tiers: int) -> None:
     """Long prompts, short answers at 70% load: the prefill stage's queue and the decode stalls it causes
-    set the tail. Without them the fast path was 31-64% optimistic here (docs/simulator.md)."""
+    set the tail. Without them the fast path was 31-64% optimistic here (docs/simulator.md). One
+    simulated P95 of 6,000 requests moves by up to ~15% between seeds at these shapes, so the fast path is
+    held to the mean over three seeds (each seed's own workload)."""
     from boute.sim.agreement import GridPoint, compare
 
-    r = compare(GridPoint(inp, out, 1.0, 0.7, tiers), requests=3000)
-    assert r["sim_throughput_share"] > 0.95  # the simulator keeps up: a steady state exists
-    assert abs(r["error_pct"]) <= 15.0, r
+    runs = [compare(GridPoint(inp, out, 1.0, 0.7, tiers), requests=6000, seed=seed) for seed in range(3)]
+    assert all(r["sim_throughput_share"] > 0.95 for r in runs)  # the simulator keeps up: a steady state exists
+    sim = float(np.mean([r["sim_p95_s"] for r in runs]))
+    fast = float(np.mean([r["fast_p95_s"] for r in runs]))
+    assert abs(100.0 * (fast / sim - 1.0)) <= 15.0, runs
 
 
 def test_uncertainty_flags_where_the_fast_path_is_weak(sc, paper) -> None:  # type: ignore[no-untyped-def]

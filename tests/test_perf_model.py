@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -40,9 +42,11 @@ def test_packaged_fit_on_the_dataset_in_sample() -> None:
     """The packaged parameters reproduce the in-scope rows they were fitted on (regression bound)."""
     rows = in_scope_rows()
     table = build_table(rows)
-    err = 100 * (predict(table, params_of(packaged_fit())) / table.value - 1)
+    err = np.abs(100 * (predict(table, params_of(packaged_fit())) / table.value - 1))
     assert np.isfinite(err).all()
-    assert np.median(np.abs(err)) < 8.0 and np.percentile(np.abs(err), 90) < 25.0
+    assert np.median(err) < 8.0 and np.percentile(err, 90) < 28.0
+    first = np.array([r.id <= 958 for r in rows])  # dataset version 1, before the v0.10-v0.14 tables
+    assert np.median(err[first]) < 9.0 and np.percentile(err[first], 90) < 20.0
 
 
 def test_engine_terms_have_physical_signs() -> None:
@@ -122,3 +126,80 @@ def test_decode_vectorised_and_monotone() -> None:
         float(replica_perf(m70, g, tp=2, pp=2).decode_step_time(32, 32 * 512))
         > float(tp2.decode_step_time(32, 32 * 512)) * 0.9
     )
+
+
+# ---- structure added for held-out accuracy (issue 13) --------------------------------------------------
+
+
+def test_quantised_checkpoints_keep_embeddings_and_lm_head_in_16_bits() -> None:
+    """FP8 70B: the body in 1 byte, both 128256 x 8192 tables in 2; a step reads the LM head, not the input table."""
+    from boute.perf.model import weight_bytes
+
+    m = CAT.model("llama-3.1-70b")
+    table = m.vocab * m.hidden
+    stored16, read16 = weight_bytes(m, "bf16")
+    stored8, read8 = weight_bytes(m, "fp8")
+    assert stored16 == pytest.approx(m.params_b * 1e9 * 2)  # 16-bit checkpoints: unchanged
+    assert read16 == pytest.approx(stored16 - 2 * table)  # the input table is gathered, not streamed
+    assert stored8 == pytest.approx(m.params_b * 1e9 - 2 * table + 2 * table * 2)
+    assert read8 == pytest.approx(stored8 - 2 * table)
+    tied = CAT.model("llama-3.2-1b")  # one shared table: stored once, read as the LM head
+    assert weight_bytes(tied, "fp8")[0] == pytest.approx(weight_bytes(tied, "fp8")[1])
+    perf = replica_perf(m, CAT.gpu("h100-sxm"), tp=1, dtype="fp8")
+    assert perf.weights_gb_per_gpu == pytest.approx(stored8 / 1e9)
+
+
+def test_tensorrt_llm_carves_its_kv_pool_after_its_workspace() -> None:
+    """The activation and logits buffers come out of free memory before the KV share; SGLang's rule is a share
+    of all memory, so its pool does not depend on them."""
+    from boute.perf.model import workspace_gb
+
+    m, g = CAT.model("llama-3.1-70b"), CAT.gpu("h100-sxm")
+    eng = ENGINES["trtllm"]
+    ws = workspace_gb(m, eng, 1)
+    logits = eng.max_batch * m.vocab * 4 / 1e9
+    assert ws == pytest.approx(logits + eng.max_step_tokens * (2 * m.hidden + 2 * m.ffn) * 2 / 1e9)
+    assert workspace_gb(m, eng, 4) < ws  # the MLP buffers shard over TP, the logits do not
+    small = replace(eng, max_batch=eng.max_batch // 16)
+    tight, roomy = replica_perf(m, g, dtype="fp8", engine=eng), replica_perf(m, g, dtype="fp8", engine=small)
+    freed = (ws - workspace_gb(m, small, 1)) * eng.kv_free_fraction
+    assert roomy.kv_gb_per_gpu - tight.kv_gb_per_gpu == pytest.approx(freed)
+
+
+def test_each_sequence_in_a_step_pays_the_engines_per_sequence_cost() -> None:
+    from boute.perf.physics import step_time
+
+    perf = replica_perf(CAT.model("llama-3.1-8b"), CAT.gpu("h100-sxm"))
+    cost = float(perf.rates.seq_overhead_s)
+    assert cost > 0 and cost == pytest.approx(packaged_fit().structure.seq_overhead_us["sglang"] * 1e-6)
+    one, many = (float(step_time(perf.rates, perf.shape, 4096, 0.0, 4096.0**2, seqs=n)) for n in (1, 8))
+    assert many - one == pytest.approx(7 * cost)
+    # a prefill pass of 8 equal prompts is charged for 8 sequences unless told otherwise
+    assert float(perf.prefill_time(4096, 8 * 512**2)) == pytest.approx(
+        float(perf.prefill_time(4096, 8 * 512**2, prompts=1)) + 7 * cost
+    )
+
+
+def test_one_all_reduce_latency_whatever_the_tp_degree() -> None:
+    """One-shot all-reduce: at one token the collective costs the same fixed latency at TP2 and TP8 (the
+    bandwidth term aside), not (tp - 1) ring hops."""
+    from boute.perf.physics import comm_time
+
+    m, g = CAT.model("llama-3.1-70b"), CAT.gpu("h100-sxm")
+    tp2, tp8 = replica_perf(m, g, tp=2), replica_perf(m, g, tp=8)
+    lat = float(tp2.rates.allreduce_latency_s)
+    for p in (tp2, tp8):
+        assert float(comm_time(p.rates, p.shape, 1e-9)) == pytest.approx(2 * m.layers * lat, rel=1e-6)
+
+
+def test_pipeline_stages_speed_up_prefill_not_weight_streaming() -> None:
+    """A round of pp micro-batches streams every stage's weights pp times: a memory-bound decode step of the
+    same batch gains nothing from PP (it pays the serial share), a compute-bound prefill gains nearly pp."""
+    m, g = CAT.model("llama-3.1-70b"), CAT.gpu("rtx-pro-6000")
+    pp1, pp4 = replica_perf(m, g, pp=1, dtype="fp8"), replica_perf(m, g, pp=4, dtype="fp8")
+    serial = 1 + packaged_fit().structure.pp_serial * (1 - 1 / 4)
+    decode1, decode4 = (float(p.step_time(8, 8 * 512, pipelined=True)) - float(p.rates.overhead_s) for p in (pp1, pp4))
+    assert decode4 >= decode1 * 0.95 * serial
+    big = 8192 * 4
+    pf1, pf4 = (float(p.step_time(big, 0.0, big * 2048, pipelined=True)) for p in (pp1, pp4))
+    assert pf4 < pf1 / 4 * serial * 1.1

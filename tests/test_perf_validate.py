@@ -38,18 +38,23 @@ def test_replayed_held_out_errors_match_the_report(split: str) -> None:
 
 def test_leave_one_source_out_bounds() -> None:
     """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%; p90 not met)."""
-    s = summarize(replay("source", REPORT["fold_params"]["source"]))
-    assert s["all"]["median_abs_pct"] <= 10.0 and s["all"]["p90_abs_pct"] <= 32.0
-    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 10.0
+    held = replay("source", REPORT["fold_params"]["source"])
+    s = summarize(held)
+    assert s["all"]["median_abs_pct"] <= 9.0 and s["all"]["p90_abs_pct"] <= 30.0
+    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 9.0
     assert s["metric"]["ttft_ms"]["median_abs_pct"] <= 10.0
-    assert s["metric"]["tpot_ms"]["median_abs_pct"] <= 26.0  # over-predicted inter-token latency near load
-    for fam, bound in (("hopper", 11.0), ("ampere", 10.0), ("ada", 8.0), ("blackwell", 15.0)):
+    assert s["metric"]["tpot_ms"]["median_abs_pct"] <= 15.0  # was 24%: per-hop all-reduce latency
+    for fam, bound in (("hopper", 10.0), ("ampere", 7.5), ("ada", 8.0), ("blackwell", 16.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
+    # the rows of dataset version 1 (ids <= 958), held out the same way: 9.5% / 30.6% before this structure
+    first = np.array([r.id <= 958 for r in held.rows])
+    err = np.abs(held.error_pct[first])
+    assert np.median(err) <= 10.5 and np.percentile(err, 90) <= 23.0
 
 
 def test_leave_one_gpu_out_bounds() -> None:
     s = summarize(replay("gpu", REPORT["fold_params"]["gpu"]))
-    assert s["all"]["median_abs_pct"] <= 11.5 and s["all"]["p90_abs_pct"] <= 30.0
+    assert s["all"]["median_abs_pct"] <= 11.0 and s["all"]["p90_abs_pct"] <= 28.0
     for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "rtx-4090"):
         assert s["gpu"][gpu]["median_abs_pct"] <= 14.0, gpu
 

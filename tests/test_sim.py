@@ -175,3 +175,14 @@ def test_linearised_step_times_match_the_perf_model(sc) -> None:  # type: ignore
             assert tm.decode(b, c, k) == pytest.approx(exact, rel=1e-3)
             cum = np.cumsum(perf.decode_step_time(b, c + b * np.arange(k)))
             assert tm.steps_within(b, c, float(cum[k // 2]) * 0.999) == k // 2 + 1
+
+
+def test_a_prefill_pass_pays_each_prompts_sequence_cost(sc) -> None:  # type: ignore[no-untyped-def]
+    """The tabulated prefill holds one prompt's per-sequence cost and adds the others' exactly, so a pass
+    of several prompts costs what the performance model says for that many prompts."""
+    perf = replica_perf(sc.catalog.model("llama-3.1-8b"), sc.catalog.gpu("h100-sxm"))
+    tm = build_timing(perf, chunk=2048)
+    for prompts, length in ((1, 2048), (4, 512), (16, 128)):
+        tokens, sq = prompts * length, prompts * float(length) ** 2
+        want = float(perf.prefill_time(tokens, sq, prompts=prompts))
+        assert tm.prefill(tokens, sq, prompts) == pytest.approx(want, rel=1e-3)

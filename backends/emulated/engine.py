@@ -114,7 +114,7 @@ class Engine:
         if admitted:
             toks = sum(s.input_tokens for s in admitted)
             sq = sum(s.input_tokens * s.input_tokens for s in admitted)
-            t += float(self.perf.prefill_time(toks, sq))
+            t += float(self.perf.prefill_time(toks, sq, len(admitted)))
         if decoding:
             ctx = sum(s.input_tokens + s.emitted for s in decoding)
             t += float(self.perf.decode_step_time(len(decoding), ctx))

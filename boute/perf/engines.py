@@ -54,6 +54,22 @@ ENGINES: dict[str, EngineSpec] = {
     # trtllm-bench throughput (v0.10+): in-flight batching with chunked context, KV 0.95 of free memory,
     # the example output in perf-overview prints max runtime batch 4096 and 8192 tokens
     "trtllm": EngineSpec("trtllm", True, 4096, 8192, kv_free_fraction=0.95, overhead_key="trtllm"),
+    # gptManagerBenchmark, the in-flight batching benchmark before trtllm-bench (perf-overview v0.10/v0.11
+    # state the engines' limits): v0.10 max_utilization scheduler (pauses requests instead of reserving
+    # their output), KV 0.9 of free memory, max batch 2048, 2048 tokens per step ...
+    "trtllm-gptmanager-maxutil": EngineSpec(
+        "trtllm-gptmanager-maxutil",
+        True,
+        2048,
+        2048,
+        kv_free_fraction=0.9,
+        reserve_output=False,
+        overhead_key="trtllm",
+    ),  # fmt: skip
+    # ... v0.11 guaranteed_no_evict, KV 0.99 of free memory, max batch 2048, 3072 tokens per step
+    "trtllm-gptmanager-noevict": EngineSpec(
+        "trtllm-gptmanager-noevict", True, 2048, 3072, kv_free_fraction=0.99, overhead_key="trtllm"
+    ),
     # Triton tensorrtllm_backend online serving (v0.14 table): default free-memory fraction 0.9; at
     # QPS INF the table's own figures give ~240-250 requests in flight (req/s x latency, Little's law),
     # i.e. a batch cap of 256

@@ -66,6 +66,8 @@ START: dict[str, tuple[float, float]] = {
     "pp_serial": (logit(0.05), 0.05),
     "oh_trtllm": (math.log(1.0), 0.02),
     "oh_vllm": (math.log(1.5), 0.02),
+    "sq_trtllm": (math.log(1.0), 0.02),  # microseconds per sequence in a step
+    "sq_vllm": (math.log(1.0), 0.05),
 }
 NAMES: tuple[str, ...] = tuple(START)
 #: bounds in fit space (keep exp/logit terms in physical ranges)
@@ -77,6 +79,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "lat_pcie": (math.log(0.5), math.log(500.0)),
     "oh_trtllm": (math.log(0.01), math.log(30.0)),
     "oh_vllm": (math.log(0.01), math.log(30.0)),
+    "sq_trtllm": (math.log(0.01), math.log(200.0)),
+    "sq_vllm": (math.log(0.01), math.log(200.0)),
 }
 
 
@@ -198,6 +202,11 @@ def structure_of(x: np.ndarray) -> Structure:
             "vllm": math.exp(v["oh_vllm"]),
             "sglang": math.exp(v[f"oh_{SGLANG_OVERHEAD_FROM}"]),
         },
+        seq_overhead_us={
+            "trtllm": math.exp(v["sq_trtllm"]),
+            "vllm": math.exp(v["sq_vllm"]),
+            "sglang": math.exp(v[f"sq_{SGLANG_OVERHEAD_FROM}"]),
+        },
     )
 
 
@@ -230,6 +239,7 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     link = _sig(np.array([v["link_nvlink"], v["link_pcie"]]))
     lat = np.exp(np.array([v["lat_nvlink"], v["lat_pcie"]])) * 1e-6
     oh = np.exp(np.array([v[f"oh_{k}"] for k in OVERHEADS]))
+    sq = np.exp(np.array([v[f"sq_{k}"] for k in OVERHEADS]))
     t = table
     rates = make_rates(
         gemm_peak_tflops=t.gemm_peak,
@@ -244,6 +254,7 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
         overhead_ms=oh[t.oh_idx],
         allreduce_latency_s=lat[t.link_idx],
         structure=st,
+        seq_overhead_us=sq[t.oh_idx],
     )
     return predict_rows(table, rates)
 

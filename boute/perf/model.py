@@ -45,16 +45,41 @@ RUNTIME_RESERVE_GB = 1.5
 MIN_KV_TOKENS = 4096
 
 
+#: bytes per embedding / LM-head weight: quantised checkpoints (FP8, NVFP4) keep both in 16 bits
+EMBEDDING_BYTES = 2.0
+
+
+def embedding_params(model: ModelSpec) -> tuple[float, float]:
+    """(stored, read per step) embedding parameters: the input table and the LM head (one if tied).
+
+    A step reads all of the LM head (every sequence's logits) but only the input rows of its tokens.
+    """
+    table = float(model.vocab * model.hidden)
+    return (table if model.tied_embeddings else 2.0 * table), table
+
+
+def weight_bytes(model: ModelSpec, dtype: str) -> tuple[float, float]:
+    """(stored, read per step) weight bytes of the whole model in ``dtype``.
+
+    Quantised checkpoints quantise the transformer body only: the embeddings and LM head stay 16-bit
+    (ModelOpt FP8/NVFP4, FP8 checkpoints of vLLM/SGLang), which matters for KV room on tight fits.
+    """
+    stored_emb, read_emb = embedding_params(model)
+    body = model.params_b * 1e9 - stored_emb
+    w = DTYPE_BYTES[dtype]
+    return body * w + stored_emb * EMBEDDING_BYTES, body * w + read_emb * EMBEDDING_BYTES
+
+
 def model_shape(model: ModelSpec, tp: int, pp: int, dtype: str, kv_dtype: str, gqa_kv_sharing: bool = True) -> Shape:
     """What the replica computes and reads per token (KV heads replicate when tp > kv_heads).
 
     ``gqa_kv_sharing=False`` (older MHA-style kernels) reads the KV cache once per query head.
     """
     wbytes = DTYPE_BYTES[dtype]
-    total = model.params_b * 1e9 * wbytes
+    stored, total = weight_bytes(model, dtype)
     if model.is_moe:
         active = model.compute_params_b * 1e9 * wbytes
-        expert = (total - active) / (model.num_experts - model.experts_per_token)
+        expert = (model.params_b * 1e9 * wbytes - active) / (model.num_experts - model.experts_per_token)
     else:
         expert = 0.0
     kv_heads_per_gpu = math.ceil(model.kv_heads / tp)
@@ -99,6 +124,7 @@ def make_rates(
     overhead_ms: ArrayLike,
     allreduce_latency_s: ArrayLike,
     structure: Structure,
+    seq_overhead_us: ArrayLike = 0.0,
     gemm_half_tokens: ArrayLike | None = None,
 ) -> Rates:
     """Effective rates: peak x efficiency x TP degree (the one place that rule lives)."""
@@ -116,6 +142,7 @@ def make_rates(
         link_bytes_s=a(link_gbs, dtype=float) * 1e9 * a(link, dtype=float),
         allreduce_latency_s=a(allreduce_latency_s, dtype=float),
         overhead_s=a(overhead_ms, dtype=float) * 1e-3,
+        seq_overhead_s=a(seq_overhead_us, dtype=float) * 1e-6,
         gemm_half_tokens=a(structure.gemm_half_tokens if gemm_half_tokens is None else gemm_half_tokens, dtype=float),
         roofline_p=a(structure.roofline_p, dtype=float),
         moe_efficiency=a(structure.moe_efficiency, dtype=float),
@@ -123,11 +150,31 @@ def make_rates(
     )
 
 
-def kv_pool_gb(gpu: GPUSpec, weights_gb: float, engine: EngineSpec | None, mem_fraction: float) -> float:
-    """KV pool per GPU under the engine's memory rule (SGLang/vLLM: share of all; TensorRT-LLM: of free)."""
+#: bytes per logit in the engine's output buffer (FP32)
+LOGIT_BYTES = 4.0
+
+
+def workspace_gb(model: ModelSpec, engine: EngineSpec, tp: int) -> float:
+    """Activation and logits buffers an engine sizes for its limits before it carves the KV pool, GB per GPU.
+
+    TensorRT-LLM allocates them up front for ``max_num_tokens`` (each token: the residual stream and
+    attention output, ``2 x hidden``, plus its shard of the MLP's gate and up projections,
+    ``2 x ffn / tp``, 16-bit) and for ``max_batch_size`` sequences of FP32 logits over the vocabulary.
+    On a tight fit (a 70B model on one 80 GB GPU) this is a third of what is left for KV.
+    """
+    act = engine.max_step_tokens * (2.0 * model.hidden + 2.0 * model.ffn / tp) * 2.0
+    logits = engine.max_batch * model.vocab * LOGIT_BYTES
+    return (act + logits) / 1e9
+
+
+def kv_pool_gb(
+    gpu: GPUSpec, weights_gb: float, engine: EngineSpec | None, mem_fraction: float, workspace: float = 0.0
+) -> float:
+    """KV pool per GPU under the engine's memory rule (SGLang/vLLM: share of all; TensorRT-LLM: of free
+    memory after its ``workspace`` buffers)."""
     device = gpu.memory_gb * GIB / 1e9
     if engine is not None and engine.kv_free_fraction is not None:
-        return (device - weights_gb - RUNTIME_RESERVE_GB) * engine.kv_free_fraction
+        return (device - weights_gb - RUNTIME_RESERVE_GB - workspace) * engine.kv_free_fraction
     frac = engine.mem_fraction if engine is not None and engine.mem_fraction is not None else mem_fraction
     return device * frac - RUNTIME_RESERVE_GB - weights_gb
 
@@ -165,15 +212,20 @@ class ReplicaPerf:
         """One step over ``tokens`` new tokens with ``ctx`` KV tokens read (see :mod:`boute.perf.physics`)."""
         return step_time(self.rates, self.shape, tokens, ctx, sq, pipelined=pipelined)
 
-    def prefill_time(self, tokens: ArrayLike, sum_sq_len: ArrayLike | None = None) -> np.ndarray:
+    def prefill_time(
+        self, tokens: ArrayLike, sum_sq_len: ArrayLike | None = None, prompts: ArrayLike | None = None
+    ) -> np.ndarray:
         """One forward pass over ``tokens`` new prompt tokens (a batch or a chunk).
 
         ``sum_sq_len`` is the sum over prompts of (length^2), the causal attention term; if omitted the
-        tokens are taken as one prompt.
+        tokens are taken as one prompt. ``prompts`` (each pays the per-sequence cost) defaults to the
+        count of equal-length prompts with those sums, ``tokens^2 / sum_sq_len``.
         """
         t = np.asarray(tokens, dtype=float)
         sq = t * t if sum_sq_len is None else np.asarray(sum_sq_len, dtype=float)
-        return step_time(self.rates, self.shape, t, 0.0, sq)
+        if prompts is None:
+            prompts = np.clip(t**2 / np.maximum(sq, 1.0), 1.0, np.maximum(t, 1.0))
+        return step_time(self.rates, self.shape, t, 0.0, sq, seqs=prompts)
 
     def decode_step_time(self, batch: ArrayLike, context_tokens: ArrayLike) -> np.ndarray:
         """One decode iteration for ``batch`` sequences whose contexts sum to ``context_tokens``."""
@@ -247,11 +299,12 @@ def replica_perf(
         reasons.append(f"{gpu.name} has no {dtype.upper()} support")
         peak = gpu.tflops_bf16
     n = tp * pp
-    weights_gb = model.params_b * DTYPE_BYTES[dtype] / n
+    weights_gb = weight_bytes(model, dtype)[0] / 1e9 / n
     shape = model_shape(model, tp, pp, dtype, kv_dtype, engine.gqa_kv_sharing if engine is not None else True)
     # stored KV per GPU: layers and heads split over the tp x pp GPUs (KV heads replicate when tp > kv_heads)
     kv_per_tok = 2.0 * model.layers * math.ceil(model.kv_heads / tp) * model.head_dim * KV_DTYPE_BYTES[kv_dtype] / pp
-    kv_gb = kv_pool_gb(gpu, weights_gb, engine, mem_fraction)
+    ws = workspace_gb(model, engine, tp) if engine is not None and engine.kv_free_fraction is not None else 0.0
+    kv_gb = kv_pool_gb(gpu, weights_gb, engine, mem_fraction, ws)
     kv_tokens = int(max(0.0, kv_gb) * 1e9 // kv_per_tok)
     if not reasons and kv_tokens < MIN_KV_TOKENS:
         reasons.append(
@@ -259,6 +312,7 @@ def replica_perf(
             f"{kv_tokens} tokens (< {MIN_KV_TOKENS})"
         )
     overhead = st.overhead_ms(engine.overhead_key) if engine is not None else eff.step_overhead_ms
+    seq_overhead = st.seq_overhead_us_for(engine.overhead_key if engine is not None else "sglang")
     rates = make_rates(
         gemm_peak_tflops=peak,
         bf16_peak_tflops=gpu.tflops_bf16,
@@ -272,6 +326,7 @@ def replica_perf(
         overhead_ms=overhead,
         allreduce_latency_s=st.allreduce_latency_s(gpu.link),
         structure=st,
+        seq_overhead_us=seq_overhead,
         gemm_half_tokens=eff.gemm_half_tokens,
     )
     return ReplicaPerf(

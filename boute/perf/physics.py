@@ -18,8 +18,13 @@ sum to ``sq``. Its time is::
   regular than weight streaming).
 - **roofline** = ``(compute^p + memory^p)^(1/p)``: p = 1 means no overlap, p -> inf perfect overlap;
   fitted on published rows.
-- **communication**: per layer two ring all-reduces of ``tokens x hidden x 2`` bytes, each
-  ``2 (tp-1)/tp x bytes / link + (tp-1) x allreduce latency``; pipeline stages add one hand-off each.
+- **overhead**: a fixed cost per step (launches, scheduling) plus a cost per sequence in the step
+  (per-request scheduling, sampling, streaming), both fitted per engine.
+- **communication**: per layer two all-reduces of ``tokens x hidden x 2`` bytes, each
+  ``2 (tp-1)/tp x bytes / link + allreduce latency``: the bandwidth term of a ring, and one fixed latency
+  per collective whatever the TP degree, because serving engines run small all-reduces as one-shot
+  kernels in which every GPU reads its peers directly (held-out TPOT error 22% with a per-hop ring
+  latency, 10% with this); pipeline stages add one hand-off each.
 
 Arrays broadcast, so the fit evaluates hundreds of published rows in one call, and a
 :class:`~boute.perf.model.ReplicaPerf` evaluates one replica with 0-d arrays.
@@ -54,6 +59,7 @@ class Rates:
     link_bytes_s: np.ndarray  # bytes/s per direction of one GPU's link
     allreduce_latency_s: np.ndarray  # fixed cost per hop of a collective
     overhead_s: np.ndarray  # fixed cost of a step (scheduler, launches)
+    seq_overhead_s: np.ndarray  # cost per sequence in a step (scheduling, sampling, streaming each request)
     gemm_half_tokens: np.ndarray  # tokens at which GEMMs reach half their large-batch efficiency
     roofline_p: np.ndarray  # overlap sharpness
     moe_efficiency: np.ndarray  # routed-expert (grouped) GEMM efficiency relative to dense GEMMs
@@ -101,15 +107,32 @@ def weight_bytes_read(shape: Shape, tokens: ArrayLike) -> np.ndarray:
     return np.where(moe, shared + shape.expert_bytes * e * share, shape.weight_bytes)
 
 
-def comm_time(rates: Rates, shape: Shape, tokens: ArrayLike) -> np.ndarray:
-    """TP all-reduces (two per layer, ring) and PP hand-offs for ``tokens`` activations in flight."""
+def comm_time(rates: Rates, shape: Shape, tokens: ArrayLike, share: ArrayLike = 1.0) -> np.ndarray:
+    """TP all-reduces (two per layer: ring bandwidth, one-shot latency) and PP hand-offs for ``tokens``.
+
+    ``share`` < 1: one pipeline stage's layers and its one hand-off (the throughput view).
+    """
     t = np.asarray(tokens, dtype=float)
+    frac = np.asarray(share, dtype=float)
     act = t * shape.act_bytes_per_token
     tp, pp = shape.tp, shape.pp
-    per_ar = 2.0 * (tp - 1.0) / tp * act / rates.link_bytes_s + rates.allreduce_latency_s * (tp - 1.0)
-    tp_part = np.where(tp > 1, 2.0 * shape.layers * per_ar, 0.0)
-    pp_part = np.where(pp > 1, (pp - 1.0) * (act / rates.link_bytes_s + rates.allreduce_latency_s), 0.0)
+    per_ar = 2.0 * (tp - 1.0) / tp * act / rates.link_bytes_s + rates.allreduce_latency_s
+    tp_part = np.where(tp > 1, 2.0 * shape.layers * frac * per_ar, 0.0)
+    handoffs = np.where(frac < 1.0, 1.0, pp - 1.0)
+    pp_part = np.where(pp > 1, handoffs * (act / rates.link_bytes_s + rates.allreduce_latency_s), 0.0)
     return tp_part + pp_part
+
+
+def _work(rates: Rates, shape: Shape, t: np.ndarray, c: np.ndarray, s2: np.ndarray, share: ArrayLike) -> np.ndarray:
+    """Roofline and collectives of ``share`` of the layers over ``t`` tokens (1: the whole model)."""
+    dense_params = shape.compute_params - shape.expert_compute_params
+    eff_params = dense_params + shape.expert_compute_params / rates.moe_efficiency
+    gemm = 2.0 * eff_params * share * (t + rates.gemm_half_tokens) / rates.gemm_flops
+    attn = (2.0 * s2 + 4.0 * c) * shape.attn_coef * share / rates.attn_flops
+    memory = share * (
+        weight_bytes_read(shape, t) / rates.weight_bytes_s + c * shape.kv_bytes_per_token / rates.kv_bytes_s
+    )
+    return roofline(gemm + attn, memory, rates.roofline_p) + comm_time(rates, shape, t, share)
 
 
 def step_time(
@@ -119,27 +142,29 @@ def step_time(
     ctx: ArrayLike = 0.0,
     sq: ArrayLike = 0.0,
     *,
+    seqs: ArrayLike | None = None,
     pipelined: bool = False,
 ) -> np.ndarray:
     """Seconds of one step over ``tokens`` new tokens, ``ctx`` KV tokens read, prompts' ``sum(len^2) = sq``.
 
-    ``pipelined``: the replica's ``pp`` stages work on different micro-batches at once (throughput view),
-    so a step of the whole batch costs one stage's share of the work - plus the serial share
-    ``pp_serial`` that the stages cannot overlap (Amdahl) - and its own fixed overhead.
-    Without it (latency view), a token traverses the stages in turn.
+    ``seqs``: sequences in the step, each paying the engine's per-sequence cost; None means one per
+    token (a decode step). ``pipelined``: the replica's ``pp`` stages work on different micro-batches at
+    once (throughput view). The batch splits into ``pp`` micro-batches; each stage runs each of them
+    over its share of the layers, so one round (every token advances one step) costs ``pp`` micro-batch
+    passes of one stage. Compute and KV reads divide by ``pp``; weight reads do not (each micro-batch
+    streams the stage's weights again), which is why pipelining speeds up prefill almost linearly and
+    memory-bound decode only through the larger batch its memory holds. ``pp_serial`` adds the bubbles
+    and synchronisation that stages do not overlap. Without ``pipelined`` (latency view), a token
+    traverses the stages in turn.
     """
     t = np.asarray(tokens, dtype=float)
     c = np.asarray(ctx, dtype=float)
     s2 = np.asarray(sq, dtype=float)
-    dense_params = shape.compute_params - shape.expert_compute_params
-    eff_params = dense_params + shape.expert_compute_params / rates.moe_efficiency
-    gemm = 2.0 * eff_params * (t + rates.gemm_half_tokens) / rates.gemm_flops
-    attn = (2.0 * s2 + 4.0 * c) * shape.attn_coef / rates.attn_flops
-    memory = weight_bytes_read(shape, t) / rates.weight_bytes_s + c * shape.kv_bytes_per_token / rates.kv_bytes_s
-    # the TP group's rates already include every rank; stages run in turn (latency view)
-    work = roofline(gemm + attn, memory, rates.roofline_p) + comm_time(rates, shape, t)
     if pipelined:
-        # Amdahl: stages overlap all but a serial share of the work (pipeline bubbles, synchronisation)
         pp = shape.pp
-        work = work * (1.0 / pp + rates.pp_serial * (1.0 - 1.0 / pp))
-    return np.where(t > 0, rates.overhead_s + work, 0.0)
+        work = pp * _work(rates, shape, t / pp, c / pp, s2 / pp, 1.0 / pp)
+        work = work * (1.0 + rates.pp_serial * (1.0 - 1.0 / pp))
+    else:
+        work = _work(rates, shape, t, c, s2, 1.0)
+    n = t if seqs is None else np.asarray(seqs, dtype=float)
+    return np.where(t > 0, rates.overhead_s + rates.seq_overhead_s * n + work, 0.0)

@@ -42,7 +42,7 @@ def static_batch(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(TTFT s, mean decode step s, output tokens/s) of a static batch: one prefill pass, then decode."""
     b, i, o = _f(batch), _f(input_len), _f(output_len)
-    ttft = step_time(rates, shape, b * i, 0.0, b * i * i)
+    ttft = step_time(rates, shape, b * i, 0.0, b * i * i, seqs=b)
     span = np.maximum(o - 1.0, 0.0)
     tpot = sum(w * step_time(rates, shape, b, b * (i + x * span)) for x, w in zip(_GL_X, _GL_W, strict=True))
     total = ttft + tpot * span
@@ -80,11 +80,11 @@ def saturated_throughput(
     d = np.maximum(d, 1.0)
     prompts = d / o
     ctx = d * (i + 0.5 * o)
-    mixed_step = step_time(rates, shape, d + prompts * i, ctx, prompts * i * i, pipelined=True)
+    mixed_step = step_time(rates, shape, d + prompts * i, ctx, prompts * i * i, seqs=d + prompts, pipelined=True)
     pf_tokens = prompts * i
     k = _prefill_chunks(pf_tokens, cap)
     split = step_time(rates, shape, d, ctx, pipelined=True) + k * step_time(
-        rates, shape, pf_tokens / k, 0.0, prompts * i * i / k, pipelined=True
+        rates, shape, pf_tokens / k, 0.0, prompts * i * i / k, seqs=prompts / k, pipelined=True
     )
     return d / np.where(mix, mixed_step, split)
 
@@ -108,8 +108,8 @@ def prompt_delta(
     cap = _f(max_step_tokens)
     k = _prefill_chunks(i, cap)
     s0 = step_time(rates, shape, np.maximum(d, 1.0), c)
-    with_prompt = step_time(rates, shape, np.maximum(d, 0.0) + i / k, c, i * i / k)
-    alone = step_time(rates, shape, i / k, 0.0, i * i / k)
+    with_prompt = step_time(rates, shape, np.maximum(d, 0.0) + i / k, c, i * i / k, seqs=np.maximum(d, 0.0) + 1.0)
+    alone = step_time(rates, shape, i / k, 0.0, i * i / k, seqs=1.0)
     mix = np.asarray(mixed, dtype=bool)
     delta = k * np.where(mix, with_prompt - np.where(d > 0, s0, 0.0), alone)
     return s0, delta, k

@@ -77,6 +77,14 @@ class Structure:
         default_factory=lambda: _frozen({"trtllm": 1.0, "vllm": 1.5, "sglang": 1.5})
     )
 
+    #: cost of each sequence in a step (per-request scheduling, sampling, streaming), microseconds, by engine
+    seq_overhead_us: Mapping[str, float] = field(
+        default_factory=lambda: _frozen({"trtllm": 0.0, "vllm": 0.0, "sglang": 0.0})
+    )
+
+    def seq_overhead_us_for(self, key: str) -> float:
+        return self.seq_overhead_us.get(key, 0.0)
+
     def allreduce_latency_s(self, link: str) -> float:
         return self.allreduce_latency_us.get(link_family(link), 0.0) * 1e-6
 
@@ -142,6 +150,7 @@ class FittedModel:
                 "pp_serial": s.pp_serial,
                 "allreduce_latency_us": dict(s.allreduce_latency_us),
                 "engine_overhead_ms": dict(s.engine_overhead_ms),
+                "seq_overhead_us": dict(s.seq_overhead_us),
             },
             "families": {
                 "compute_logit": dict(f.compute_logit),
@@ -167,6 +176,7 @@ class FittedModel:
             pp_serial=float(s["pp_serial"]),
             allreduce_latency_us=_frozen({**s["allreduce_latency_us"], "cpu": 0.0}),
             engine_overhead_ms=_frozen(s["engine_overhead_ms"]),
+            seq_overhead_us=_frozen(s.get("seq_overhead_us", {})),
         )
         families = Families(
             compute_logit=_frozen(f["compute_logit"]),

@@ -66,9 +66,12 @@ def _prefill(tm: ReplicaTiming, prompts: float, ln: Lengths) -> float:
     total = prompts * ln.mean_in
     if total <= tm.chunk:
         tokens = max(1, round(total))
-        return tm.prefill(tokens, min(float(tokens) ** 2, prompts * ln.in_sq))
+        return tm.prefill(tokens, min(float(tokens) ** 2, prompts * ln.in_sq), max(1.0, prompts))
     chunks = total / tm.chunk
-    return tm.prefill(tm.chunk, min(float(tm.chunk) ** 2, prompts * ln.in_sq / chunks)) * chunks
+    return (
+        tm.prefill(tm.chunk, min(float(tm.chunk) ** 2, prompts * ln.in_sq / chunks), max(1.0, prompts / chunks))
+        * chunks
+    )
 
 
 def operating_point(tm: ReplicaTiming, lam: float, ln: Lengths, iters: int = 40) -> OperatingPoint:

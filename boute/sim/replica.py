@@ -115,7 +115,7 @@ class Replica:
         if items:
             self.plan = PREFILL
             self.plan_items = items
-            dur = tm.prefill(tokens, sq)
+            dur = tm.prefill(tokens, sq, len(items))
             self.plan_end = self.now + dur
             self.busy_s += dur
         elif self.batch:

@@ -63,22 +63,25 @@ class ReplicaTiming:
     kv_capacity: int
     max_running: int
     chunk: int
-    pf_lo: list[float]  # prefill_time(n, sum_sq = n): n one-token prompts
+    pf_lo: list[float]  # prefill_time(n, sum_sq = n): n one-token prompts (one prompt's per-sequence cost)
     pf_hi: list[float]  # prefill_time(n, sum_sq = n^2): one prompt
+    seq_cost: float  # per-sequence cost of each further prompt in a pass
     knots: list[float]  # context knots x_0 = 0 < ... < x_m; past x_m the tangent at x_m extrapolates
     a: list[list[float]]  # per batch B, per segment j (m chords, then the tangent): step = a + s * context
     s: list[list[float]]
     max_rel_error: float
 
     # ---- prefill -------------------------------------------------------------------------------
-    def prefill(self, tokens: int, sum_sq: float) -> float:
-        """One prefill iteration over ``tokens`` (<= chunk) new tokens with causal term ``sum_sq``."""
+    def prefill(self, tokens: int, sum_sq: float, prompts: float = 1.0) -> float:
+        """One prefill iteration over ``tokens`` (<= chunk) new tokens of ``prompts`` prompts with causal
+        term ``sum_sq``."""
         lo, hi = self.pf_lo[tokens], self.pf_hi[tokens]
+        extra = self.seq_cost * max(0.0, prompts - 1.0)
         span = float(tokens) * tokens - tokens
         if span <= 0.0:
-            return hi
+            return hi + extra
         w = (sum_sq - tokens) / span
-        return lo + (hi - lo) * min(1.0, max(0.0, w))
+        return lo + (hi - lo) * min(1.0, max(0.0, w)) + extra
 
     # ---- decode --------------------------------------------------------------------------------
     def _segment(self, ctx: float) -> int:
@@ -146,8 +149,9 @@ def build_timing(
         raise ValueError(f"replica does not fit: {perf.reason}")
     kv = int(perf.kv_capacity_tokens)
     n = np.arange(chunk + 1, dtype=float)
-    pf_lo = np.asarray(perf.prefill_time(n, n), dtype=float)
-    pf_hi = np.asarray(perf.prefill_time(n, n * n), dtype=float)
+    # tabulated for one prompt's per-sequence cost; prefill() adds the others' (linear in the count)
+    pf_lo = np.asarray(perf.prefill_time(n, n, prompts=1.0), dtype=float)
+    pf_hi = np.asarray(perf.prefill_time(n, n * n, prompts=1.0), dtype=float)
     b = np.arange(max_running + 1, dtype=float)
     bb = np.maximum(b, 1.0)[:, None]
     x_max = float(max(kv, 1))
@@ -178,6 +182,7 @@ def build_timing(
         chunk=chunk,
         pf_lo=pf_lo.tolist(),
         pf_hi=pf_hi.tolist(),
+        seq_cost=float(perf.rates.seq_overhead_s),
         knots=knots.tolist(),
         a=inter.tolist(),
         s=slope.tolist(),
