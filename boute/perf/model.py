@@ -76,7 +76,7 @@ def model_shape(model: ModelSpec, tp: int, pp: int, dtype: str, kv_dtype: str, g
     ``gqa_kv_sharing=False`` (older MHA-style kernels) reads the KV cache once per query head.
     """
     wbytes = DTYPE_BYTES[dtype]
-    stored, total = weight_bytes(model, dtype)
+    _, total = weight_bytes(model, dtype)  # bytes a step reads (the LM head, not the input table)
     if model.is_moe:
         active = model.compute_params_b * 1e9 * wbytes
         expert = (model.params_b * 1e9 * wbytes - active) / (model.num_experts - model.experts_per_token)
@@ -160,7 +160,7 @@ def workspace_gb(model: ModelSpec, engine: EngineSpec, tp: int) -> float:
     TensorRT-LLM allocates them up front for ``max_num_tokens`` (each token: the residual stream and
     attention output, ``2 x hidden``, plus its shard of the MLP's gate and up projections,
     ``2 x ffn / tp``, 16-bit) and for ``max_batch_size`` sequences of FP32 logits over the vocabulary.
-    On a tight fit (a 70B model on one 80 GB GPU) this is a third of what is left for KV.
+    On a tight fit (a 70B FP8 model on one 80 GB GPU) this is a quarter of what is left for KV.
     """
     act = engine.max_step_tokens * (2.0 * model.hidden + 2.0 * model.ffn / tp) * 2.0
     logits = engine.max_batch * model.vocab * LOGIT_BYTES

@@ -188,7 +188,7 @@ def prefill_queue(tm: ReplicaTiming, lam: float, ln: Lengths, op: OperatingPoint
     """
     if lam <= 0:
         return PrefillQueue(0.0, 0.0, 0.0, 0.0, 0.0)
-    per_token = tm.prefill(tm.chunk, tm.chunk * ln.mean_in) / tm.chunk
+    per_token = tm.prefill(tm.chunk, tm.chunk * ln.mean_in, max(1.0, tm.chunk / max(ln.mean_in, 1.0))) / tm.chunk
     work = lam * per_token * ln.mean_in
     rho = min(max(op.prefill_share, work), MAX_PREFILL_RHO)
     s1 = rho / lam
