@@ -186,3 +186,20 @@ def test_a_prefill_pass_pays_each_prompts_sequence_cost(sc) -> None:  # type: ig
         tokens, sq = prompts * length, prompts * float(length) ** 2
         want = float(perf.prefill_time(tokens, sq, prompts=prompts))
         assert tm.prefill(tokens, sq, prompts) == pytest.approx(want, rel=1e-3)
+
+
+def test_decode_waits_for_the_prompts_that_arrived_during_its_own_prefill(sc) -> None:  # type: ignore[no-untyped-def]
+    """The decode-start wait is the busy period of the prefill work that arrived while the request's own
+    prompt was prefilled: zero without load, rho E[S] / (1 - rho) with it, growing faster than the load."""
+    from boute.sim.capacity import operating_point, prefill_queue
+
+    tm = build_timing(replica_perf(sc.catalog.model("llama-3.1-8b"), sc.catalog.gpu("rtx-4090")))
+    ln = Lengths(4000.0, 4000.0**2, 40.0, 40.0**2)
+    assert prefill_queue(tm, 0.0, ln, operating_point(tm, 0.0, ln)).decode_start_wait == 0.0
+    waits = []
+    for lam in (0.5, 1.0, 1.5):
+        q = prefill_queue(tm, lam, ln, operating_point(tm, lam, ln))
+        s1 = q.rho / lam  # mean prefill service per prompt
+        assert q.decode_start_wait == pytest.approx(q.rho * s1 / (1.0 - q.rho))
+        waits.append(q.decode_start_wait)
+    assert 0 < waits[0] < waits[1] < waits[2] and waits[2] / waits[1] > 1.5

@@ -168,6 +168,8 @@ class PrefillQueue:
     wait_mean: float  # mean wait for the prefill stage (s)
     wait_var: float  # its variance (exponential tail with mass rho at 0 removed)
     stall_var_per_token: float  # variance added to the decode phase per generated token (s^2)
+    #: prefill work that arrived during the request's own prefill runs before its first decode step (s)
+    decode_start_wait: float = 0.0
 
 
 #: utilisation of the prefill stage beyond which the queue formulas are capped (the tier is then near
@@ -187,7 +189,7 @@ def prefill_queue(tm: ReplicaTiming, lam: float, ln: Lengths, op: OperatingPoint
     ``n step lam E[S^2] / (1 - rho)^3``.
     """
     if lam <= 0:
-        return PrefillQueue(0.0, 0.0, 0.0, 0.0, 0.0)
+        return PrefillQueue(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     per_token = tm.prefill(tm.chunk, tm.chunk * ln.mean_in, max(1.0, tm.chunk / max(ln.mean_in, 1.0))) / tm.chunk
     work = lam * per_token * ln.mean_in
     rho = min(max(op.prefill_share, work), MAX_PREFILL_RHO)
@@ -196,4 +198,8 @@ def prefill_queue(tm: ReplicaTiming, lam: float, ln: Lengths, op: OperatingPoint
     wq = lam * s2 / (2.0 * (1.0 - rho))
     wait_var = max(0.0, 2.0 * wq * wq / max(rho, 1e-9) - wq * wq)
     stall = op.step_s * lam * s2 / (1.0 - rho) ** 3
-    return PrefillQueue(rho, work, wq, wait_var, stall)
+    # a request starts decoding right after its own prefill, during which others' prompts arrived: their
+    # prefills (and those arriving meanwhile, a busy period) come first. The time-averaged stall in tau
+    # misses this: decode starts are not spread evenly in time, they follow prefills.
+    start = rho * s1 / (1.0 - rho)
+    return PrefillQueue(rho, work, wq, wait_var, stall, start)

@@ -165,10 +165,13 @@ def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float],
         lams = [r * mu for r in _RHO_GRID]
         ops = [operating_point(tm, x, ln) for x in lams]
         pqs = [prefill_queue(tm, x, ln, op) for x, op in zip(lams, ops, strict=True)]
-        outs = [x * (_residence(op, ln.mean_out) + q.wait_mean) for x, op, q in zip(lams, ops, pqs, strict=True)]
+        outs = [
+            x * (_residence(op, ln.mean_out) + q.wait_mean + q.decode_start_wait)
+            for x, op, q in zip(lams, ops, pqs, strict=True)
+        ]
         for i in range(1, len(outs)):  # guard monotonicity against approximation wiggles
             outs[i] = max(outs[i], outs[i - 1] + 1e-9)
-        a = [0.5 * op.step_s + op.prefill_s + q.wait_mean for op, q in zip(ops, pqs, strict=True)]
+        a = [0.5 * op.step_s + op.prefill_s + q.wait_mean + q.decode_start_wait for op, q in zip(ops, pqs, strict=True)]
         tau = [op.step_s / max(1e-9, 1.0 - op.prefill_share) for op in ops]
         if len(_LOAD) > 65536:
             _LOAD.clear()
