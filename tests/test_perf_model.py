@@ -9,7 +9,7 @@ import pytest
 
 from boute.catalog import builtin_catalog
 from boute.perf import predict_point, replica_perf
-from boute.perf.dataset import in_scope_rows
+from boute.perf.dataset import VERSION_1_LAST_ID, in_scope_rows
 from boute.perf.engines import ENGINES
 from boute.perf.fit import build_table, params_of, predict
 from boute.perf.measurements import HELD_OUT, REFERENCE, compare
@@ -45,7 +45,7 @@ def test_packaged_fit_on_the_dataset_in_sample() -> None:
     err = np.abs(100 * (predict(table, params_of(packaged_fit())) / table.value - 1))
     assert np.isfinite(err).all()
     assert np.median(err) < 8.0 and np.percentile(err, 90) < 28.0
-    first = np.array([r.id <= 958 for r in rows])  # dataset version 1, before the v0.10-v0.14 tables
+    first = np.array([r.id <= VERSION_1_LAST_ID for r in rows])  # before the v0.10-v0.14 tables
     assert np.median(err[first]) < 9.0 and np.percentile(err[first], 90) < 20.0
 
 

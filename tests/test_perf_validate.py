@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from boute.perf.dataset import VERSION_1_LAST_ID
 from boute.perf.fit import NAMES, build_table, fit_table
 from boute.perf.validate import REPORT_PATH, replay, summarize
 
@@ -46,8 +47,8 @@ def test_leave_one_source_out_bounds() -> None:
     assert s["metric"]["tpot_ms"]["median_abs_pct"] <= 15.0  # was 24%: per-hop all-reduce latency
     for fam, bound in (("hopper", 10.0), ("ampere", 7.5), ("ada", 8.0), ("blackwell", 16.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
-    # the rows of dataset version 1 (ids <= 958), held out the same way: 9.5% / 30.6% before this structure
-    first = np.array([r.id <= 958 for r in held.rows])
+    # the rows of dataset version 1, held out the same way: 9.5% / 30.6% before this structure
+    first = np.array([r.id <= VERSION_1_LAST_ID for r in held.rows])
     err = np.abs(held.error_pct[first])
     assert np.median(err) <= 10.5 and np.percentile(err, 90) <= 23.0
 

@@ -51,7 +51,7 @@ ENGINES: dict[str, EngineSpec] = {
     "trtllm-static-xqa": EngineSpec(
         "trtllm-static-xqa", False, 4096, 1 << 30, mem_fraction=0.98, overhead_key="trtllm"
     ),
-    # trtllm-bench throughput (v0.10+): in-flight batching with chunked context, KV 0.95 of free memory,
+    # trtllm-bench throughput (v0.12+): in-flight batching with chunked context, KV 0.95 of free memory,
     # the example output in perf-overview prints max runtime batch 4096 and 8192 tokens
     "trtllm": EngineSpec("trtllm", True, 4096, 8192, kv_free_fraction=0.95, overhead_key="trtllm"),
     # gptManagerBenchmark, the in-flight batching benchmark before trtllm-bench (perf-overview v0.10/v0.11
@@ -65,7 +65,7 @@ ENGINES: dict[str, EngineSpec] = {
         kv_free_fraction=0.9,
         reserve_output=False,
         overhead_key="trtllm",
-    ),  # fmt: skip
+    ),
     # ... v0.11 guaranteed_no_evict, KV 0.99 of free memory, max batch 2048, 3072 tokens per step
     "trtllm-gptmanager-noevict": EngineSpec(
         "trtllm-gptmanager-noevict", True, 2048, 3072, kv_free_fraction=0.99, overhead_key="trtllm"

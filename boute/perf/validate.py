@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from boute.catalog import builtin_catalog
-from boute.perf.dataset import PublishedRow, in_scope_rows
+from boute.perf.dataset import VERSION_1_LAST_ID, PublishedRow, in_scope_rows
 from boute.perf.fit import build_table, fit_table, params_of, predict
 from boute.perf.structure import packaged_fit
 
@@ -168,6 +168,8 @@ def summarize(held: HeldOut, worst: int = 12) -> dict[str, Any]:
     ):
         groups = sorted({key(r) for r in rows})
         by[name] = {g: _stats(err[np.array([key(r) == g for r in rows])]) for g in groups}
+    # the rows of dataset version 1 alone: comparable with the figures reported before the data grew
+    by["dataset_version_1"] = _stats(err[np.array([r.id <= VERSION_1_LAST_ID for r in rows])])
     order = np.argsort(-np.abs(np.nan_to_num(err, nan=1e9)))[:worst]
     by["worst_rows"] = [
         {
