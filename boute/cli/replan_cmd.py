@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
         (rate, length or difficulty mix, P95, lost replicas), re-optimise warm-started from the tracking DB
         and roll the new plan out. Each trigger and re-plan is printed with its evidence and recorded."""
         from boute.cli.autopilot import Autopilot
+        from boute.cli.signals import stop_signals
         from boute.replan.drift import Thresholds
 
         th = Thresholds(rate_up=rate_up, sustain=sustain, cooldown_s=cooldown, min_requests=min_requests)
@@ -58,12 +59,13 @@ def register(app: typer.Typer) -> None:
         )
         end = None if duration is None else time.monotonic() + duration
         try:
-            while end is None or time.monotonic() < end:
-                try:
-                    pilot.step()
-                except BouteError as exc:  # Redis away, a search that broke: say so and keep watching
-                    typer.echo(f"{time.strftime('%H:%M:%S')} check failed: {exc}", err=True)
-                time.sleep(interval)
+            with stop_signals():  # Ctrl-C or SIGTERM stops the watch, however the command was started
+                while end is None or time.monotonic() < end:
+                    try:
+                        pilot.step()
+                    except BouteError as exc:  # Redis away, a search that broke: say so and keep watching
+                        typer.echo(f"{time.strftime('%H:%M:%S')} check failed: {exc}", err=True)
+                    time.sleep(interval)
         except KeyboardInterrupt:
             typer.echo("stopped")
 

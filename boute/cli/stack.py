@@ -14,15 +14,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from boute.cli.signals import Terminated, raise_terminated
 from boute.serving.bundle import plan_scenario, write_catalog
 from boute.specs.plan import Plan
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: unwind as Ctrl-C does (Click turns both into "aborted", exit 130)."""
 
 
 class ServeStack:
@@ -47,6 +43,7 @@ class ServeStack:
         self.quiet, self.stop_ends_command = quiet, stop_ends_command
         self.work = Path(tempfile.mkdtemp(prefix="boute-serve-"))
         self.children: list[subprocess.Popen[bytes]] = []
+        self._old_int: Any = None
         self._old_term: Any = None
 
     @property
@@ -54,24 +51,23 @@ class ServeStack:
         return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> ServeStack:
-        self._old_term = signal.signal(signal.SIGTERM, self._on_term)
+        # set both explicitly: a background job inherits SIGINT ignored (boute.cli.signals)
+        self._old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._old_term = signal.signal(signal.SIGTERM, raise_terminated)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
         # a second Ctrl-C or SIGTERM (impatient users, supervisors that repeat) must not cut the shutdown
         # short and orphan the children: ignore both until every child is stopped
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             self.stop()
         finally:
-            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGINT, self._old_int)
             signal.signal(signal.SIGTERM, self._old_term)
         # Ctrl-C or SIGTERM is how a user stops the server: not an error
-        return self.stop_ends_command and exc_type in (KeyboardInterrupt, _Terminated)
-
-    def _on_term(self, signum: int, frame: FrameType | None) -> None:
-        raise _Terminated
+        return self.stop_ends_command and exc_type in (KeyboardInterrupt, Terminated)
 
     def start_emulated(self, speedup: float) -> int:
         """One emulated process serving every replica of the plan; returns the replica count."""
