@@ -168,13 +168,14 @@ def workspace_gb(model: ModelSpec, engine: EngineSpec, tp: int) -> float:
 
 
 def kv_pool_gb(
-    gpu: GPUSpec, weights_gb: float, engine: EngineSpec | None, mem_fraction: float, workspace: float = 0.0
+    model: ModelSpec, gpu: GPUSpec, tp: int, weights_gb: float, engine: EngineSpec | None, mem_fraction: float
 ) -> float:
     """KV pool per GPU under the engine's memory rule (SGLang/vLLM: share of all; TensorRT-LLM: of free
-    memory after its ``workspace`` buffers)."""
+    memory after its :func:`workspace_gb` buffers)."""
     device = gpu.memory_gb * GIB / 1e9
     if engine is not None and engine.kv_free_fraction is not None:
-        return (device - weights_gb - RUNTIME_RESERVE_GB - workspace) * engine.kv_free_fraction
+        free = device - weights_gb - RUNTIME_RESERVE_GB - workspace_gb(model, engine, tp)
+        return free * engine.kv_free_fraction
     frac = engine.mem_fraction if engine is not None and engine.mem_fraction is not None else mem_fraction
     return device * frac - RUNTIME_RESERVE_GB - weights_gb
 
@@ -303,8 +304,7 @@ def replica_perf(
     shape = model_shape(model, tp, pp, dtype, kv_dtype, engine.gqa_kv_sharing if engine is not None else True)
     # stored KV per GPU: layers and heads split over the tp x pp GPUs (KV heads replicate when tp > kv_heads)
     kv_per_tok = 2.0 * model.layers * math.ceil(model.kv_heads / tp) * model.head_dim * KV_DTYPE_BYTES[kv_dtype] / pp
-    ws = workspace_gb(model, engine, tp) if engine is not None and engine.kv_free_fraction is not None else 0.0
-    kv_gb = kv_pool_gb(gpu, weights_gb, engine, mem_fraction, ws)
+    kv_gb = kv_pool_gb(model, gpu, tp, weights_gb, engine, mem_fraction)
     kv_tokens = int(max(0.0, kv_gb) * 1e9 // kv_per_tok)
     if not reasons and kv_tokens < MIN_KV_TOKENS:
         reasons.append(
