@@ -14,9 +14,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from boute.cli.signals import Terminated, raise_terminated
+from boute.cli.signals import Terminated, stop_signals
 from boute.serving.bundle import plan_scenario, write_catalog
 from boute.specs.plan import Plan
 
@@ -43,17 +42,14 @@ class ServeStack:
         self.quiet, self.stop_ends_command = quiet, stop_ends_command
         self.work = Path(tempfile.mkdtemp(prefix="boute-serve-"))
         self.children: list[subprocess.Popen[bytes]] = []
-        self._old_int: Any = None
-        self._old_term: Any = None
+        self._signals = stop_signals()
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def __enter__(self) -> ServeStack:
-        # set both explicitly: a background job inherits SIGINT ignored (boute.cli.signals)
-        self._old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-        self._old_term = signal.signal(signal.SIGTERM, raise_terminated)
+        self._signals.__enter__()  # Ctrl-C and SIGTERM unwind, even where SIGINT was inherited ignored
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
@@ -64,8 +60,7 @@ class ServeStack:
         try:
             self.stop()
         finally:
-            signal.signal(signal.SIGINT, self._old_int)
-            signal.signal(signal.SIGTERM, self._old_term)
+            self._signals.__exit__(None, None, None)  # the handlers the command had before
         # Ctrl-C or SIGTERM is how a user stops the server: not an error
         return self.stop_ends_command and exc_type in (KeyboardInterrupt, Terminated)
 
