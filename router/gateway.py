@@ -19,7 +19,6 @@ from starlette.responses import Response
 
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.serving.bundle import artifact_cache, bundle_files, materialise, open_plan, plan_catalog
-from boute.serving.relay import RelayResponse
 from boute.specs.plan import Plan, check_plan_hardware
 from router.balancer import Balancer
 from router.config import Settings
@@ -29,143 +28,18 @@ from router.openai_io import (
     CHAT,
     BadRequest,
     completion_as_sse,
-    error_body,
-    error_type,
     parse_request,
     response_text,
 )
 from router.policy import RoutePolicy
 from router.proxy import NoReplica, Proxy, Result, Stream, make_client
+from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
 from router.state import SharedState
 
 log = logging.getLogger("boute.router")
 
 PATHS = {CHAT: "/v1/chat/completions", "completion": "/v1/completions"}
 SSE_HEADERS = {"cache-control": "no-cache"}
-
-
-class _ClientGone(Exception):
-    """The client disconnected while its request body was still arriving."""
-
-
-async def _wait_disconnect(receive: Any) -> None:
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            return
-
-
-async def _unless_disconnected(receive: Any, work: Any) -> Any:
-    """Await ``work`` in this task; if the client hangs up first, cancel it (closing the upstream request).
-
-    Why not ``asyncio.wait`` on two tasks: that costs a second task plus a waiter future per request.
-    Here only the disconnect watcher is a task; when it fires it cancels this task, and the cancellation is
-    turned into ``None`` (answered 499) and un-counted so the caller's task is left clean.
-    """
-    task = asyncio.current_task()
-    assert task is not None
-    watcher = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
-    live = [True]
-
-    def gone(w: asyncio.Task[None]) -> None:
-        if live[0] and not w.cancelled():
-            live[0] = False
-            task.cancel()
-
-    watcher.add_done_callback(gone)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if live[0]:  # cancelled from outside (shutdown): not ours to swallow
-            raise
-        task.uncancel()
-        return None
-    finally:
-        live[0] = False
-        watcher.cancel()
-
-
-class Reply:
-    """What the gateway answers, before HTTP framing: the ASGI path turns it into a Starlette response
-    (:meth:`response`), the HTTP fast path (router/http_protocol.py) writes it to the socket itself.
-
-    ``stream``: the body as an async iterator that must be closed (``aclose``) whether or not it was read:
-    closing it releases the request's holds and the upstream connection.
-    """
-
-    __slots__ = ("status", "body", "headers", "media_type", "stream")
-
-    def __init__(
-        self,
-        status: int,
-        body: bytes = b"",
-        headers: dict[str, str] | None = None,
-        media_type: str | None = "application/json",
-        stream: _HeldStream | None = None,
-    ) -> None:
-        self.status, self.body, self.headers, self.media_type, self.stream = status, body, headers, media_type, stream
-
-    @classmethod
-    def error(
-        cls,
-        status: int,
-        message: str,
-        kind: str | None = None,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Reply:
-        """OpenAI's error shape (as :func:`router.openai_io.error_response`)."""
-        return cls(status, error_body(message, error_type(status, kind), param, code), headers)
-
-    def response(self) -> Response:
-        """As a Starlette response (the ASGI path)."""
-        if self.stream is not None:
-            return RelayResponse(self.stream, self.status, self.headers, self.media_type)
-        if self.status == 499:
-            return Response(status_code=499)
-        return Response(self.body, self.status, self.headers, self.media_type)
-
-
-class _HeldStream:
-    """The relayed upstream stream as the client's body. Closing it releases the request's holds exactly once,
-    also when it was never read: a client gone before the first chunk must not leak in-flight counts or the
-    upstream connection (an async generator that never started runs no ``finally`` on ``aclose``)."""
-
-    __slots__ = ("gw", "upstream", "chunks", "entry", "tier", "t0", "closed")
-
-    def __init__(self, gw: Gateway, upstream: Stream, entry: str, tier: str, t0: float) -> None:
-        assert gw.proxy is not None
-        self.gw, self.upstream, self.entry, self.tier, self.t0 = gw, upstream, entry, tier, t0
-        self.chunks = gw.proxy.relay(upstream)
-        self.closed = False
-
-    def __aiter__(self) -> _HeldStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return await self.chunks.__anext__()
-        except StopAsyncIteration:
-            latency = time.perf_counter() - self.t0
-            if self.upstream.failed:  # a failure mid-stream is a failed request, not a served one
-                self.gw.metrics.stream_failure(self.tier)
-                self.gw.observer.done(self.tier, False, 0.0, None)
-            else:
-                self.gw.metrics.served(self.tier, latency)
-                self.gw.observer.done(self.tier, True, latency, None)
-            raise
-
-    async def aclose(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            await self.chunks.aclose()
-        finally:
-            assert self.gw.proxy is not None
-            self.gw.proxy.finish(self.upstream, ok=True, done=False)  # no-op once the relay has finished it
-            self.gw._release_stream(self.entry)
 
 
 class Gateway:
@@ -364,7 +238,7 @@ class Gateway:
             else:
                 self.tier_inflight[entry] -= 1
             return reply
-        except _ClientGone:
+        except ClientGone:
             return Reply(499)
         except BadRequest as exc:
             self.metrics.count("-", exc.status)
@@ -398,7 +272,7 @@ class Gateway:
                 if cascade
                 else self._single(policy, tier, kind, body, stream)
             )
-            outcome = await (_unless_disconnected(receive, work) if receive is not None else work)
+            outcome = await (unless_disconnected(receive, work) if receive is not None else work)
         except BaseException:
             self.tier_inflight[entry] -= 1
             raise
@@ -418,7 +292,7 @@ class Gateway:
         self.metrics.observe(tier_name, status, overhead)
         if isinstance(result, Stream):
             headers.update(SSE_HEADERS)
-            return Reply(200, b"", headers, "text/event-stream", _HeldStream(self, result, entry, tier_name, t0))
+            return Reply(200, b"", headers, "text/event-stream", HeldStream(self, result, entry, tier_name, t0))
         latency = time.perf_counter() - t0
         self.observer.done(tier_name, status == 200, latency, answer_tokens(result.body) if status == 200 else None)
         if status == 200:
@@ -437,7 +311,7 @@ class Gateway:
                 break
         msg = await receive()
         if msg["type"] != "http.request":
-            raise _ClientGone
+            raise ClientGone
         body = msg.get("body", b"")
         if not msg.get("more_body", False):  # the usual case: the whole body in one message
             if len(body) > limit:
@@ -448,7 +322,7 @@ class Gateway:
         while True:
             msg = await receive()
             if msg["type"] != "http.request":
-                raise _ClientGone
+                raise ClientGone
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > limit:

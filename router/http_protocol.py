@@ -5,7 +5,7 @@ Why a fast path: under wrk, uvicorn's per-request ASGI machinery (a scope dict, 
 with an ``asyncio.Event``, the ``receive``/``send`` message dicts and their header checks, a Starlette
 ``Response``, and a second task watching ``receive`` for a disconnect) cost about as much CPU as the proxying
 itself. A ``POST /v1/chat/completions`` or ``/v1/completions`` (exact path, no ``Expect: 100-continue``) is
-instead collected here and handed to :meth:`router.gateway.Gateway.serve` as bytes; its :class:`Reply` is
+instead collected here and handed to :meth:`router.gateway.Gateway.serve` as bytes; its :class:`~router.reply.Reply` is
 written with one ``transport.write`` (streams: chunked, with write flow control). A client that disconnects
 cancels the request's task, which closes the upstream connection (the replica drops the sequence).
 Everything else (other routes, query strings, 100-continue, upgrades) takes uvicorn's ASGI path unchanged.
@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from router.openai_io import CHAT, COMPLETION
+from router.reply import Reply
 
 if TYPE_CHECKING:
-    from router.gateway import Gateway, Reply
+    from router.gateway import Gateway
 
 log = logging.getLogger("boute.router.http")
 
@@ -253,8 +254,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             try:
                 reply = await gw.serve(req.kind, body, oversize=req.oversize)
             except Exception as exc:  # never a bare 500 page: keep the OpenAI error shape
-                from router.gateway import Reply
-
                 reply = Reply.error(500, f"internal error: {type(exc).__name__}")
             try:
                 await self._write(req, reply)

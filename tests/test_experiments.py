@@ -136,7 +136,7 @@ def test_tracking_rows_and_readme(results: Path) -> None:
 @pytest.mark.slow  # runs every experiment at smoke size (minutes on 2 shared cores)
 def test_cost_figures_follow_their_definitions(results: Path) -> None:
     """Issue 12: every saving is derived from simulator-confirmed costs in the file, never typed in."""
-    from experiments.cost import BASELINES, NOMINAL_BUDGET
+    from experiments.cost_setup import BASELINES, NOMINAL_BUDGET
 
     doc = _doc(results, "cost")
     ((name, sc),) = doc["scenarios"].items()

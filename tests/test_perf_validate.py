@@ -93,3 +93,24 @@ def test_one_fold_refits_to_the_stored_parameters() -> None:
 
     stored = np.asarray(REPORT["fold_params"]["source"]["mushfiqrahman-4090"])
     assert np.allclose(predict(held, x), predict(held, stored), rtol=0.02)
+
+
+def test_the_other_sources_lookup_predicts_each_row_from_the_same_configuration_elsewhere() -> None:
+    """Two releases measuring one configuration predict each other; a row measured once has no lookup; and
+    the packaged report carries the lookup next to the model on the same rows."""
+    import dataclasses
+
+    from boute.perf.dataset import in_scope_rows
+    from boute.perf.validate import other_sources_lookup
+
+    base = next(r for r in in_scope_rows() if r.source_id == "trtllm-v0.15")
+    a = dataclasses.replace(base, id=1, value=100.0)
+    b = dataclasses.replace(base, id=2, source_id="trtllm-v0.17", value=125.0)
+    c = dataclasses.replace(base, id=3, source_id="trtllm-v0.17", value=80.0)  # same source as b: averaged
+    lone = dataclasses.replace(base, id=4, input_len=base.input_len + 1, value=50.0)
+    held = other_sources_lookup([a, b, c, lone])
+    assert held.predicted[0] == pytest.approx(100.0)  # sqrt(125 x 80): b and c never predict each other
+    assert held.predicted[1] == pytest.approx(100.0) and held.error_pct[1] == pytest.approx(-20.0)
+    assert np.isnan(held.predicted[3])
+    stored = REPORT["other_sources_lookup"]
+    assert stored["lookup"]["rows"] == stored["model_held_out"]["rows"] > 1000

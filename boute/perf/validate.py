@@ -204,6 +204,48 @@ def roofline_baseline() -> HeldOut:
     return HeldOut("roofline_baseline", rs, pred, 100.0 * (pred / table.value - 1.0))
 
 
+def _config_key(r: PublishedRow) -> tuple[object, ...]:
+    """Everything that defines a measurement except who published it (engine release, table)."""
+    return (
+        r.model,
+        r.dtype,
+        r.kv_dtype,
+        r.gpu,
+        r.tp,
+        r.pp,
+        r.mode,
+        r.batch,
+        r.concurrency,
+        r.rate_rps,
+        r.input_len,
+        r.output_len,
+        r.metric,
+        r.per_gpu,
+    )
+
+
+def other_sources_lookup(rows: Sequence[PublishedRow] | None = None) -> HeldOut:
+    """Each row predicted by the geometric mean of the same configuration in the *other* sources (NaN where
+    no other source measured it).
+
+    This is the floor of what any model can do that knows the configuration but not the release: the
+    same model, GPU, parallelism and lengths measured by two releases of one engine differ by more than
+    the goal on many rows. Comparing the model with it on the same rows separates what the model's
+    structure misses from what the sources disagree on.
+    """
+    rs = tuple(rows) if rows is not None else in_scope_rows()
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for k, r in enumerate(rs):
+        groups.setdefault(_config_key(r), []).append(k)
+    value = np.array([r.value for r in rs], dtype=float)
+    pred = np.full(len(rs), np.nan)
+    for k, r in enumerate(rs):
+        other = [j for j in groups[_config_key(r)] if rs[j].source_id != r.source_id]
+        if other:
+            pred[k] = float(np.exp(np.mean(np.log(value[other]))))
+    return HeldOut("other_sources_lookup", rs, pred, 100.0 * (pred / value - 1.0))
+
+
 def report(*, max_nfev: int = 200, splits: Sequence[str] = ("source", "gpu")) -> dict[str, Any]:
     """Everything ``boute perf validate --json`` prints."""
     rs = in_scope_rows()
@@ -224,6 +266,15 @@ def report(*, max_nfev: int = 200, splits: Sequence[str] = ("source", "gpu")) ->
             held = cross_validate(split, max_nfev=max_nfev)
             out[name] = summarize(held)
             out.setdefault("fold_params", {})[split] = held.fold_params
+            if split == "source":
+                lookup = other_sources_lookup(held.rows)
+                both = np.isfinite(lookup.error_pct)
+                out["other_sources_lookup"] = {
+                    "what": "rows measured in another source too: that source's value as the prediction vs "
+                    "the model held out by source, on the same rows",
+                    "lookup": _stats(lookup.error_pct[both]),
+                    "model_held_out": _stats(held.error_pct[both]),
+                }
     if "source" not in splits:
         return out
     from boute.perf.fit import NAMES
