@@ -13,6 +13,7 @@ from boute.perf.dataset import VERSION_1_LAST_ID, in_scope_rows
 from boute.perf.engines import ENGINES
 from boute.perf.fit import build_table, params_of, predict
 from boute.perf.measurements import HELD_OUT, REFERENCE, compare
+from boute.perf.model import ReplicaPerf
 from boute.perf.structure import packaged_fit
 
 CAT = builtin_catalog()
@@ -190,6 +191,34 @@ def test_one_all_reduce_latency_whatever_the_tp_degree() -> None:
     lat = float(tp2.rates.allreduce_latency_s)
     for p in (tp2, tp8):
         assert float(comm_time(p.rates, p.shape, 1e-9)) == pytest.approx(2 * m.layers * lat, rel=1e-6)
+
+
+def test_the_all_reduce_kernel_follows_the_message_size() -> None:
+    """Small messages run the engine's one-shot kernel (one latency; every GPU reads its tp - 1 peers), mid
+    ones SGLang's two-shot kernel (ring traffic, one latency), large ones NCCL's ring (2 (tp - 1) hops);
+    TensorRT-LLM v0.11-v0.14 had no two-shot kernel, and without NVLink every all-reduce is NCCL's."""
+    from boute.perf.engines import engine_spec
+    from boute.perf.physics import allreduce_time
+
+    m = CAT.model("llama-3.1-70b")
+
+    def ar(p: ReplicaPerf, nbytes: float) -> float:
+        return float(allreduce_time(p.rates, p.shape, np.float64(nbytes)))
+
+    sg = replica_perf(m, CAT.gpu("h100-sxm"), tp=8)
+    link, lat, hop = (
+        float(sg.rates.link_bytes_s),
+        float(sg.rates.allreduce_latency_s),
+        float(sg.rates.ring_hop_latency_s),
+    )
+    assert ar(sg, 100e3) == pytest.approx(7 * 100e3 / link + lat)
+    assert ar(sg, 4e6) == pytest.approx(1.75 * 4e6 / link + lat)
+    assert ar(sg, 50e6) == pytest.approx(1.75 * 50e6 / link + 14 * hop)
+    trt = replica_perf(m, CAT.gpu("h100-sxm"), tp=8, engine=engine_spec("trtllm"))
+    assert ar(trt, 4e6) == pytest.approx(1.75 * 4e6 / link + 14 * hop)  # two-shot off: NCCL
+    pcie = replica_perf(m, CAT.gpu("l40s"), tp=4, dtype="fp8")
+    link_p, hop_p = float(pcie.rates.link_bytes_s), float(pcie.rates.ring_hop_latency_s)
+    assert ar(pcie, 100e3) == pytest.approx(1.5 * 100e3 / link_p + 6 * hop_p)
 
 
 def test_pipeline_stages_speed_up_prefill_not_weight_streaming() -> None:

@@ -41,9 +41,10 @@ def test_leave_one_source_out_bounds() -> None:
     """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%; p90 not met)."""
     held = replay("source", REPORT["fold_params"]["source"])
     s = summarize(held)
-    assert s["all"]["median_abs_pct"] <= 9.0 and s["all"]["p90_abs_pct"] <= 30.0
-    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 9.0
-    assert s["metric"]["ttft_ms"]["median_abs_pct"] <= 10.0
+    assert s["all"]["median_abs_pct"] <= 8.5 and s["all"]["p90_abs_pct"] <= 26.0  # 29% before the NCCL ring regime
+    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 8.5
+    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 25.0
+    assert s["metric"]["ttft_ms"]["median_abs_pct"] <= 11.0
     assert s["metric"]["tpot_ms"]["median_abs_pct"] <= 15.0  # was 24%: per-hop all-reduce latency
     for fam, bound in (("hopper", 10.0), ("ampere", 7.5), ("ada", 8.0), ("blackwell", 16.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
@@ -55,9 +56,9 @@ def test_leave_one_source_out_bounds() -> None:
 
 def test_leave_one_gpu_out_bounds() -> None:
     s = summarize(replay("gpu", REPORT["fold_params"]["gpu"]))
-    assert s["all"]["median_abs_pct"] <= 11.0 and s["all"]["p90_abs_pct"] <= 28.0
+    assert s["all"]["median_abs_pct"] <= 10.0 and s["all"]["p90_abs_pct"] <= 24.5
     for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "rtx-4090"):
-        assert s["gpu"][gpu]["median_abs_pct"] <= 14.0, gpu
+        assert s["gpu"][gpu]["median_abs_pct"] <= 15.0, gpu
 
 
 def test_worst_rows_come_with_a_reason() -> None:

@@ -14,6 +14,42 @@ from boute.errors import BouteError
 
 
 @dataclass(frozen=True)
+class AllReduceRule:
+    """Which all-reduce kernel an engine runs for a message of a given size over NVLink.
+
+    Engines run small all-reduces as their own kernels over peer memory and hand large ones to NCCL: a
+    one-shot kernel (every GPU reads all its peers' buffers: ``(tp - 1) x bytes`` per GPU, one
+    synchronisation), then, where enabled, a two-shot kernel (reduce-scatter + all-gather: ring traffic,
+    one synchronisation), and beyond that NCCL's ring (ring traffic and ``2 (tp - 1)`` hops, each with
+    its latency). Limits are per message in bytes, for TP 2, TP 3-4 and TP 5-8. Without NVLink the custom
+    kernels are off and every all-reduce is NCCL's.
+    """
+
+    #: largest message of the one-shot kernel, for TP 2 / TP <= 4 / larger
+    oneshot_max_bytes: tuple[float, float, float]
+    #: largest message of any custom kernel (two-shot between the one-shot limit and this); beyond: NCCL
+    custom_max_bytes: tuple[float, float, float]
+
+    def limits(self, tp: int, nvlink: bool) -> tuple[float, float]:
+        """(one-shot limit, custom-kernel limit) in bytes for ``tp`` GPUs."""
+        if tp <= 1 or not nvlink:
+            return 0.0, 0.0
+        i = 0 if tp <= 2 else 1 if tp <= 4 else 2
+        return self.oneshot_max_bytes[i], self.custom_max_bytes[i]
+
+
+#: TensorRT-LLM's AUTO strategy as of v0.11-v0.14 (allreduce plugin ``selectImplementation``): one-shot up to
+#: 16 MB at TP 2, below 1 MB at TP <= 4 and below 500 kB beyond; its two-shot kernel "disabled as a
+#: temporary measure" for a performance bug, so every larger message goes to NCCL
+TRTLLM_ALLREDUCE = AllReduceRule((16e6, 1e6, 5e5), (16e6, 1e6, 5e5))
+#: the same plugin before that (v0.9): two-shot from the one-shot limit up to its 8 MB workspace (16 MB at TP 2)
+TRTLLM_ALLREDUCE_TWOSHOT = AllReduceRule((16e6, 1e6, 5e5), (16e6, 8e6, 8e6))
+#: SGLang and vLLM's custom all-reduce: one stage below 512 kB (any size up to 8 MB at TP 2), two stages
+#: up to 8 MB, NCCL beyond
+SGLANG_ALLREDUCE = AllReduceRule((8 * 2**20, 512 * 2**10, 512 * 2**10), (8 * 2**20, 8 * 2**20, 8 * 2**20))
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """Scheduling and memory behaviour of one serving engine (documented defaults)."""
 
@@ -38,6 +74,8 @@ class EngineSpec:
     #: (TensorRT-LLM before v0.10 ran GQA models through MHA-style kernels unless its experimental XQA
     #: kernels were switched on: "not enabled by default", v0.9 performance.md)
     gqa_kv_sharing: bool = True
+    #: the all-reduce kernels it runs by message size
+    allreduce: AllReduceRule = SGLANG_ALLREDUCE
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -45,15 +83,30 @@ ENGINES: dict[str, EngineSpec] = {
     "sglang": EngineSpec("sglang", False, 2048, 8192, mem_fraction=0.88, overhead_key="sglang"),
     # TensorRT-LLM static-batch benchmark (gptSessionBenchmark, v0.5-v0.9): engines reserve nearly all memory
     "trtllm-static": EngineSpec(
-        "trtllm-static", False, 4096, 1 << 30, mem_fraction=0.98, overhead_key="trtllm", gqa_kv_sharing=False
+        "trtllm-static",
+        False,
+        4096,
+        1 << 30,
+        mem_fraction=0.98,
+        overhead_key="trtllm",
+        gqa_kv_sharing=False,
+        allreduce=TRTLLM_ALLREDUCE_TWOSHOT,
     ),
     # the same benchmark in v0.9, whose docs say GQA (XQA) kernels were enabled where they helped
     "trtllm-static-xqa": EngineSpec(
-        "trtllm-static-xqa", False, 4096, 1 << 30, mem_fraction=0.98, overhead_key="trtllm"
+        "trtllm-static-xqa",
+        False,
+        4096,
+        1 << 30,
+        mem_fraction=0.98,
+        overhead_key="trtllm",
+        allreduce=TRTLLM_ALLREDUCE_TWOSHOT,
     ),
     # trtllm-bench throughput (v0.12+): in-flight batching with chunked context, KV 0.95 of free memory,
     # the example output in perf-overview prints max runtime batch 4096 and 8192 tokens
-    "trtllm": EngineSpec("trtllm", True, 4096, 8192, kv_free_fraction=0.95, overhead_key="trtllm"),
+    "trtllm": EngineSpec(
+        "trtllm", True, 4096, 8192, kv_free_fraction=0.95, overhead_key="trtllm", allreduce=TRTLLM_ALLREDUCE
+    ),
     # gptManagerBenchmark, the in-flight batching benchmark before trtllm-bench (perf-overview v0.10/v0.11
     # state the engines' limits): v0.10 max_utilization scheduler (pauses requests instead of reserving
     # their output), KV 0.9 of free memory, max batch 2048, 2048 tokens per step ...
@@ -65,17 +118,26 @@ ENGINES: dict[str, EngineSpec] = {
         kv_free_fraction=0.9,
         reserve_output=False,
         overhead_key="trtllm",
+        allreduce=TRTLLM_ALLREDUCE,
     ),
     # ... v0.11 guaranteed_no_evict, KV 0.99 of free memory, max batch 2048, 3072 tokens per step
     "trtllm-gptmanager-noevict": EngineSpec(
-        "trtllm-gptmanager-noevict", True, 2048, 3072, kv_free_fraction=0.99, overhead_key="trtllm"
+        "trtllm-gptmanager-noevict",
+        True,
+        2048,
+        3072,
+        kv_free_fraction=0.99,
+        overhead_key="trtllm",
+        allreduce=TRTLLM_ALLREDUCE,
     ),
     # Triton tensorrtllm_backend online serving (v0.14 table): default free-memory fraction 0.9; at
     # QPS INF the table's own figures give ~240-250 requests in flight (req/s x latency, Little's law),
     # i.e. a batch cap of 256
-    "trtllm-triton": EngineSpec("trtllm-triton", True, 256, 8192, kv_free_fraction=0.9, overhead_key="trtllm"),
+    "trtllm-triton": EngineSpec(
+        "trtllm-triton", True, 256, 8192, kv_free_fraction=0.9, overhead_key="trtllm", allreduce=TRTLLM_ALLREDUCE
+    ),
     # NIM LLM containers run TensorRT-LLM profiles
-    "nim": EngineSpec("nim", True, 2048, 8192, kv_free_fraction=0.9, overhead_key="trtllm"),
+    "nim": EngineSpec("nim", True, 2048, 8192, kv_free_fraction=0.9, overhead_key="trtllm", allreduce=TRTLLM_ALLREDUCE),
     # vLLM V1: gpu_memory_utilization 0.9, max_num_seqs 256, chunked prefill on, pages on demand
     "vllm": EngineSpec("vllm", True, 256, 8192, mem_fraction=0.9, reserve_output=False, overhead_key="vllm"),
 }

@@ -7,7 +7,8 @@ Every parameter has a physical meaning and is shared by many rows; nothing is pe
   the dtype's base, and a dtype without rows on an architecture to the architecture's other dtypes: FP8
   kernels on Ada are less mature than BF16 ones, which one shared offset could not express);
 - bandwidth efficiency: ``logit = base + offset[memory technology]`` (same prior);
-- link efficiency and per-hop collective latency per link family (NVLink, PCIe);
+- link efficiency and the latency of an NCCL transfer (ring hop, PP hand-off) per link family (NVLink,
+  PCIe), and the fixed latency of a custom-kernel all-reduce (NVLink only: engines run NCCL without it);
 - GPU-independent structure: tokens for half GEMM efficiency, roofline sharpness, attention, KV-read
   and routed-expert efficiency, the serial share of pipeline stages, and a fixed step overhead per engine
   family (TensorRT-LLM, vLLM; SGLang takes the TensorRT-LLM value:
@@ -33,7 +34,7 @@ import numpy as np
 from boute.catalog import Catalog, builtin_catalog
 from boute.perf.dataset import PublishedRow, in_scope_rows
 from boute.perf.engines import engine_spec
-from boute.perf.model import make_rates, peak_tflops, replica_perf
+from boute.perf.model import allreduce_limits, make_rates, peak_tflops, replica_perf
 from boute.perf.physics import Rates, Shape
 from boute.perf.serving import saturated_throughput, serving_point, static_batch
 from boute.perf.structure import Families, FittedModel, Structure, link_family, logit, sigmoid
@@ -57,7 +58,8 @@ START: dict[str, tuple[float, float]] = {
     "link_nvlink": (logit(0.5), 0.05),
     "link_pcie": (logit(0.5), 0.05),
     "lat_nvlink": (math.log(8.0), 0.05),
-    "lat_pcie": (math.log(25.0), 0.05),
+    "hop_nvlink": (math.log(8.0), 0.05),
+    "hop_pcie": (math.log(25.0), 0.05),
     "gemm_half": (math.log(64.0), 0.02),
     "p": (math.log(1.0), 0.02),  # roofline sharpness = 1 + exp(x)
     "attn": (logit(0.5), 0.02),
@@ -76,7 +78,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "p": (math.log(1e-3), math.log(20.0)),
     "kv": (math.log(0.2), math.log(1.5)),
     "lat_nvlink": (math.log(0.5), math.log(200.0)),
-    "lat_pcie": (math.log(0.5), math.log(500.0)),
+    "hop_nvlink": (math.log(0.5), math.log(200.0)),
+    "hop_pcie": (math.log(0.5), math.log(500.0)),
     "oh_trtllm": (math.log(0.01), math.log(30.0)),
     "oh_vllm": (math.log(0.01), math.log(30.0)),
     "sq_trtllm": (math.log(0.01), math.log(200.0)),
@@ -111,6 +114,8 @@ class RowTable:
     max_step_tokens: np.ndarray
     mixed: np.ndarray
     reserve_output: np.ndarray
+    oneshot_max_bytes: np.ndarray
+    custom_max_bytes: np.ndarray
     value: np.ndarray
     weight: np.ndarray
 
@@ -139,7 +144,7 @@ def build_table(rows: Sequence[PublishedRow], catalog: Catalog | None = None) ->
     """Arrays of everything about the rows that does not depend on the fitted parameters."""
     cat = catalog or builtin_catalog()
     shapes: list[Shape] = []
-    keys = ("gp", "bp", "bw", "lk", "di", "ai", "mi", "li", "oi", "kv", "mb", "ms", "mx", "ro")
+    keys = ("gp", "bp", "bw", "lk", "di", "ai", "mi", "li", "oi", "kv", "mb", "ms", "mx", "ro", "os", "cu")
     cols: dict[str, list[Any]] = {k: [] for k in keys}
     for r in rows:
         m, g = cat.model(r.model), cat.gpu(r.gpu)
@@ -162,6 +167,9 @@ def build_table(rows: Sequence[PublishedRow], catalog: Catalog | None = None) ->
         cols["ms"].append(eng.max_step_tokens)
         cols["mx"].append(eng.mixed_prefill)
         cols["ro"].append(eng.reserve_output)
+        limits = allreduce_limits(eng, g, r.tp)
+        cols["os"].append(limits["oneshot_max_bytes"])
+        cols["cu"].append(limits["custom_max_bytes"])
     shape = Shape(**{k: np.array([float(getattr(s, k)) for s in shapes]) for k in Shape.__dataclass_fields__})
     a = np.asarray
     return RowTable(
@@ -182,6 +190,8 @@ def build_table(rows: Sequence[PublishedRow], catalog: Catalog | None = None) ->
         max_step_tokens=a(cols["ms"], dtype=float),
         mixed=a(cols["mx"], dtype=bool),
         reserve_output=a(cols["ro"], dtype=bool),
+        oneshot_max_bytes=a(cols["os"], dtype=float),
+        custom_max_bytes=a(cols["cu"], dtype=float),
         value=a([r.value for r in rows], dtype=float),
         weight=_source_weights(rows),
     )
@@ -196,7 +206,9 @@ def structure_of(x: np.ndarray) -> Structure:
         kv_read_efficiency=math.exp(v["kv"]),
         moe_efficiency=sigmoid(v["moe"]),
         pp_serial=sigmoid(v["pp_serial"]),
-        allreduce_latency_us={"nvlink": math.exp(v["lat_nvlink"]), "pcie": math.exp(v["lat_pcie"]), "cpu": 0.0},
+        # custom all-reduce kernels need NVLink: on PCIe every all-reduce goes through NCCL's ring
+        allreduce_latency_us={"nvlink": math.exp(v["lat_nvlink"]), "pcie": 0.0, "cpu": 0.0},
+        ring_hop_latency_us={"nvlink": math.exp(v["hop_nvlink"]), "pcie": math.exp(v["hop_pcie"]), "cpu": 0.0},
         engine_overhead_ms={
             "trtllm": math.exp(v["oh_trtllm"]),
             "vllm": math.exp(v["oh_vllm"]),
@@ -237,7 +249,8 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     pair = np.array([[v[f"ad_{a}_{d}"] for d in DTYPES] for a in ARCHS] + [[0.0] * len(DTYPES)])
     mem = np.array([v[f"mem_{m}"] for m in MEMORIES] + [0.0])
     link = _sig(np.array([v["link_nvlink"], v["link_pcie"]]))
-    lat = np.exp(np.array([v["lat_nvlink"], v["lat_pcie"]])) * 1e-6
+    lat = np.array([math.exp(v["lat_nvlink"]), 0.0]) * 1e-6
+    hop = np.exp(np.array([v["hop_nvlink"], v["hop_pcie"]])) * 1e-6
     oh = np.exp(np.array([v[f"oh_{k}"] for k in OVERHEADS]))
     sq = np.exp(np.array([v[f"sq_{k}"] for k in OVERHEADS]))
     t = table
@@ -255,6 +268,9 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
         allreduce_latency_s=lat[t.link_idx],
         structure=st,
         seq_overhead_us=sq[t.oh_idx],
+        ring_hop_latency_s=hop[t.link_idx],
+        oneshot_max_bytes=t.oneshot_max_bytes,
+        custom_max_bytes=t.custom_max_bytes,
     )
     return predict_rows(table, rates)
 

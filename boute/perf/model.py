@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from boute.catalog.schema import Efficiency, GPUSpec, ModelSpec
-from boute.perf.engines import EngineSpec
+from boute.perf.engines import SGLANG_ALLREDUCE, EngineSpec
 from boute.perf.physics import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -31,7 +31,7 @@ from boute.perf.physics import (
     default_kv_dtype,
     step_time,
 )
-from boute.perf.structure import Structure, packaged_structure
+from boute.perf.structure import Structure, link_family, packaged_structure
 
 Dtype = Literal["bf16", "fp8", "fp4"]
 
@@ -110,6 +110,13 @@ def peak_tflops(gpu: GPUSpec, dtype: str) -> float | None:
     return {"bf16": gpu.tflops_bf16, "fp8": gpu.tflops_fp8, "fp4": gpu.tflops_fp4}[dtype]
 
 
+def allreduce_limits(engine: EngineSpec | None, gpu: GPUSpec, tp: int) -> dict[str, float]:
+    """The one-shot and custom-kernel message limits of ``engine`` (default: SGLang's) on ``gpu`` at ``tp``."""
+    rule = engine.allreduce if engine is not None else SGLANG_ALLREDUCE
+    oneshot, custom = rule.limits(tp, link_family(gpu.link) == "nvlink")
+    return {"oneshot_max_bytes": oneshot, "custom_max_bytes": custom}
+
+
 def make_rates(
     *,
     gemm_peak_tflops: ArrayLike,
@@ -126,6 +133,9 @@ def make_rates(
     structure: Structure,
     seq_overhead_us: ArrayLike = 0.0,
     gemm_half_tokens: ArrayLike | None = None,
+    ring_hop_latency_s: ArrayLike = 0.0,
+    oneshot_max_bytes: ArrayLike = 0.0,
+    custom_max_bytes: ArrayLike = 0.0,
 ) -> Rates:
     """Effective rates: peak x efficiency x TP degree (the one place that rule lives)."""
     a = np.asarray
@@ -141,6 +151,9 @@ def make_rates(
         kv_bytes_s=a(bandwidth_gbs, dtype=float) * 1e9 * a(bandwidth, dtype=float) * structure.kv_read_efficiency * tp_,
         link_bytes_s=a(link_gbs, dtype=float) * 1e9 * a(link, dtype=float),
         allreduce_latency_s=a(allreduce_latency_s, dtype=float),
+        ring_hop_latency_s=a(ring_hop_latency_s, dtype=float),
+        oneshot_max_bytes=a(oneshot_max_bytes, dtype=float),
+        custom_max_bytes=a(custom_max_bytes, dtype=float),
         overhead_s=a(overhead_ms, dtype=float) * 1e-3,
         seq_overhead_s=a(seq_overhead_us, dtype=float) * 1e-6,
         gemm_half_tokens=a(structure.gemm_half_tokens if gemm_half_tokens is None else gemm_half_tokens, dtype=float),
@@ -328,6 +341,8 @@ def replica_perf(
         structure=st,
         seq_overhead_us=seq_overhead,
         gemm_half_tokens=eff.gemm_half_tokens,
+        ring_hop_latency_s=st.ring_hop_latency_s(gpu.link),
+        **allreduce_limits(engine, gpu, tp),
     )
     return ReplicaPerf(
         model=model,

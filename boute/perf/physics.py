@@ -20,11 +20,12 @@ sum to ``sq``. Its time is::
   fitted on published rows.
 - **overhead**: a fixed cost per step (launches, scheduling) plus a cost per sequence in the step
   (per-request scheduling, sampling, streaming), both fitted per engine.
-- **communication**: per layer two all-reduces of ``tokens x hidden x 2`` bytes, each
-  ``2 (tp-1)/tp x bytes / link + allreduce latency``: the bandwidth term of a ring, and one fixed latency
-  per collective whatever the TP degree, because serving engines run small all-reduces as one-shot
-  kernels in which every GPU reads its peers directly (held-out TPOT error on the first 919 published
-  rows: 22% with a per-hop ring latency, 10% with this); pipeline stages add one hand-off each.
+- **communication**: per layer two all-reduces of ``tokens x hidden x 2`` bytes, each by the kernel
+  the engine picks for that size (:func:`allreduce_time`): small messages as one-shot kernels in which
+  every GPU reads its peers directly (one fixed latency whatever the TP degree: held-out TPOT error on
+  the first 919 published rows 22% with a per-hop latency, 10% with one), large ones through NCCL's
+  ring (``2 (tp - 1)`` hops, each with its latency); pipeline stages add one hand-off each (a NCCL
+  send: one hop).
 
 Arrays broadcast, so the fit evaluates hundreds of published rows in one call, and a
 :class:`~boute.perf.model.ReplicaPerf` evaluates one replica with 0-d arrays.
@@ -57,7 +58,10 @@ class Rates:
     weight_bytes_s: np.ndarray  # bytes/s streaming weights, whole TP group
     kv_bytes_s: np.ndarray  # bytes/s reading the KV cache, whole TP group
     link_bytes_s: np.ndarray  # bytes/s per direction of one GPU's link
-    allreduce_latency_s: np.ndarray  # fixed cost of one collective (one-shot all-reduce) or PP hand-off
+    allreduce_latency_s: np.ndarray  # fixed cost of one custom-kernel all-reduce (NVLink)
+    ring_hop_latency_s: np.ndarray  # one NCCL transfer: each of a ring all-reduce's 2 (tp - 1) hops, a PP hand-off
+    oneshot_max_bytes: np.ndarray  # messages below: the engine's one-shot kernel (an engine rule, not a rate)
+    custom_max_bytes: np.ndarray  # below (and above the one-shot limit): its two-shot kernel; beyond: NCCL
     overhead_s: np.ndarray  # fixed cost of a step (scheduler, launches)
     seq_overhead_s: np.ndarray  # cost per sequence in a step (scheduling, sampling, streaming each request)
     gemm_half_tokens: np.ndarray  # tokens at which GEMMs reach half their large-batch efficiency
@@ -107,8 +111,25 @@ def weight_bytes_read(shape: Shape, tokens: ArrayLike) -> np.ndarray:
     return np.where(moe, shared + shape.expert_bytes * e * share, shape.weight_bytes)
 
 
+def allreduce_time(rates: Rates, shape: Shape, act: np.ndarray) -> np.ndarray:
+    """One all-reduce of ``act`` bytes per GPU, by the kernel the engine picks for that size.
+
+    One-shot (small messages): every GPU reads its ``tp - 1`` peers' buffers, one synchronisation.
+    Two-shot: reduce-scatter + all-gather, ``2 (tp - 1) / tp x bytes`` per GPU, one synchronisation.
+    NCCL ring (large messages, or no NVLink): the same traffic in ``2 (tp - 1)`` hops, each paying its
+    latency. The split matters at TP 8: a decode step's 10 MB message goes to NCCL and pays 14 hops,
+    while a small-batch step's few kB run one-shot.
+    """
+    tp = shape.tp
+    ring_bytes = 2.0 * (tp - 1.0) / tp * act / rates.link_bytes_s
+    oneshot = (tp - 1.0) * act / rates.link_bytes_s + rates.allreduce_latency_s
+    twoshot = ring_bytes + rates.allreduce_latency_s
+    nccl = ring_bytes + 2.0 * (tp - 1.0) * rates.ring_hop_latency_s
+    return np.where(act < rates.oneshot_max_bytes, oneshot, np.where(act < rates.custom_max_bytes, twoshot, nccl))
+
+
 def comm_time(rates: Rates, shape: Shape, tokens: ArrayLike, share: ArrayLike = 1.0) -> np.ndarray:
-    """TP all-reduces (two per layer: ring bandwidth, one-shot latency) and PP hand-offs for ``tokens``.
+    """TP all-reduces (two per layer, :func:`allreduce_time`) and PP hand-offs for ``tokens``.
 
     ``share`` < 1: one pipeline stage's layers and its one hand-off (the throughput view).
     """
@@ -116,10 +137,9 @@ def comm_time(rates: Rates, shape: Shape, tokens: ArrayLike, share: ArrayLike = 
     frac = np.asarray(share, dtype=float)
     act = t * shape.act_bytes_per_token
     tp, pp = shape.tp, shape.pp
-    per_ar = 2.0 * (tp - 1.0) / tp * act / rates.link_bytes_s + rates.allreduce_latency_s
-    tp_part = np.where(tp > 1, 2.0 * shape.layers * frac * per_ar, 0.0)
+    tp_part = np.where(tp > 1, 2.0 * shape.layers * frac * allreduce_time(rates, shape, act), 0.0)
     handoffs = np.where(frac < 1.0, 1.0, pp - 1.0)
-    pp_part = np.where(pp > 1, handoffs * (act / rates.link_bytes_s + rates.allreduce_latency_s), 0.0)
+    pp_part = np.where(pp > 1, handoffs * (act / rates.link_bytes_s + rates.ring_hop_latency_s), 0.0)
     return tp_part + pp_part
 
 

@@ -4,7 +4,8 @@ Two kinds of numbers come out of the fit on published measurements (``boute.perf
 
 - **structure** (:class:`Structure`): terms with one value for all GPUs: how many tokens a GEMM needs to
   reach half its efficiency, how much compute and memory traffic overlap, how efficient attention and
-  KV reads are relative to GEMMs and weight streaming, the fixed cost of a collective per link family,
+  KV reads are relative to GEMMs and weight streaming, the fixed cost of a custom-kernel all-reduce and
+  of an NCCL ring hop per link family,
   and each engine's fixed per-step overhead.
 - **families** (:class:`Families`): compute efficiency by weight dtype and architecture, bandwidth
   efficiency by memory technology, link efficiency by link family. A GPU's packaged ``efficiency`` in
@@ -68,8 +69,12 @@ class Structure:
     moe_efficiency: float = 1.0
     #: share of a step's work that pipeline stages cannot overlap (throughput with pp > 1)
     pp_serial: float = 0.0
-    #: fixed cost of one hop of a collective (or pipeline hand-off), microseconds, by link family
+    #: fixed cost of one custom-kernel all-reduce, microseconds, by link family (0 where engines run none)
     allreduce_latency_us: Mapping[str, float] = field(
+        default_factory=lambda: _frozen({"nvlink": 8.0, "pcie": 25.0, "cpu": 0.0})
+    )
+    #: cost of one NCCL transfer (a ring all-reduce has 2 (tp - 1); a pipeline hand-off one), microseconds
+    ring_hop_latency_us: Mapping[str, float] = field(
         default_factory=lambda: _frozen({"nvlink": 8.0, "pcie": 25.0, "cpu": 0.0})
     )
     #: fixed cost of one step (scheduling, launches, sampling), milliseconds, by engine
@@ -87,6 +92,9 @@ class Structure:
 
     def allreduce_latency_s(self, link: str) -> float:
         return self.allreduce_latency_us.get(link_family(link), 0.0) * 1e-6
+
+    def ring_hop_latency_s(self, link: str) -> float:
+        return self.ring_hop_latency_us.get(link_family(link), 0.0) * 1e-6
 
     def overhead_ms(self, key: str) -> float:
         return self.engine_overhead_ms[key]
@@ -149,6 +157,7 @@ class FittedModel:
                 "moe_efficiency": s.moe_efficiency,
                 "pp_serial": s.pp_serial,
                 "allreduce_latency_us": dict(s.allreduce_latency_us),
+                "ring_hop_latency_us": dict(s.ring_hop_latency_us),
                 "engine_overhead_ms": dict(s.engine_overhead_ms),
                 "seq_overhead_us": dict(s.seq_overhead_us),
             },
@@ -175,6 +184,7 @@ class FittedModel:
             moe_efficiency=float(s["moe_efficiency"]),
             pp_serial=float(s["pp_serial"]),
             allreduce_latency_us=_frozen({**s["allreduce_latency_us"], "cpu": 0.0}),
+            ring_hop_latency_us=_frozen({**s.get("ring_hop_latency_us", s["allreduce_latency_us"]), "cpu": 0.0}),
             engine_overhead_ms=_frozen(s["engine_overhead_ms"]),
             seq_overhead_us=_frozen(s.get("seq_overhead_us", {})),
         )

@@ -110,18 +110,20 @@ def why(row: PublishedRow, err: float) -> str:
         )
     if row.gpu == "a100-80gb-pcie" and row.tp > 1:
         return (
-            "tensor parallelism over PCIe without NVLink: the all-reduce latency of that system is far above "
-            "the PCIe latency the other PCIe rows (L40S) fit"
+            "tensor parallelism over PCIe without NVLink: that system's NCCL all-reduce is far slower than the "
+            "PCIe hop latency the other PCIe rows (L40S) fit"
         )
     if row.engine.startswith("trtllm-gptmanager"):
         return (
             "gptManagerBenchmark run of v0.10/v0.11: one engine build for every length pair; several of its models "
             "sit 2-3x off the later releases (systematic in the source, not modelled)"
         )
-    if row.mode == "max_throughput" and row.tp * row.pp == 1 and row.model.endswith("70b") and row.dtype == "fp8":
+    gpus = row.tp * row.pp
+    if row.mode == "max_throughput" and row.model.endswith("70b") and gpus == (1 if row.dtype == "fp8" else 2):
         return (
-            "KV-limited: FP8 70B weights leave ~10 GB of KV on an 80-96 GB card, so the release's unpublished "
-            "workspace and KV share decide the batch; older releases ran smaller batches than the model assumes"
+            "KV-limited: 70B weights (FP8 on one card, BF16 on two) leave ~10 GB of KV per 80-96 GB GPU, so the "
+            "release's unpublished workspace and KV share decide the batch; v0.12-v0.14 ran far smaller batches "
+            "than the model assumes"
         )
     if (
         row.mode == "max_throughput"

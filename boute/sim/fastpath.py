@@ -105,6 +105,22 @@ def _capacity(tm: ReplicaTiming, ln: Lengths) -> tuple[float, int]:
     return hit
 
 
+def _pooling(c: int, rho: float) -> float:
+    """Mean wait of an M/M/c queue over that of c separate M/M/1 queues at the same utilisation:
+    ``C(c, rho) / (c rho)`` (Erlang C), 1 for one server. How much joining the least-loaded of ``c``
+    replicas shortens the prefill-stage wait; exact for small ``c``, where the Halfin-Whitt form is not."""
+    if c <= 1 or rho <= 0:
+        return 1.0
+    rho = min(rho, 0.999)
+    a = c * rho
+    term = total = 1.0
+    for k in range(1, c):
+        term *= a / k
+        total += term
+    last = term * a / c / (1.0 - rho)
+    return (last / (total + last)) / (c * rho)
+
+
 def _erlang_c(c: float, rho: float) -> float:
     """P(wait) in an M/M/c queue, Halfin-Whitt approximation (good for the large c of batch slots)."""
     beta = (1.0 - rho) * math.sqrt(c)
@@ -308,18 +324,23 @@ def fast_evaluate(
         at, shares = _balance(groups, lam_k, ln)
         ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
         a_sum = tau_sum = svc = 0.0
+        # the balancer sends each request to the replica with the fewest outstanding ones, so the tier's
+        # prefill stages pool: a prompt waits only when the replicas it could go to are all prefilling
+        pool = _pooling(sum(c for _, c, _, _ in groups), sum(sh * x[4] for sh, x in zip(shares, at, strict=True)))
         for (_, count, _, _), (a, tau, wvar, svar, prho, wq), share in zip(groups, at, shares, strict=True):
             a_sum += share * a
             tau_sum += share * tau
             svc += share * (a + tau * (stats.mean_output - 1))
             # the curves assume Poisson arrivals (M/G/1 prefill stage); Kingman's G/G/1 factor scales the
             # prefill wait and the clustering of the prefills that stall decoding for burstier arrivals. A
-            # replica sees the tier's stream thinned to its share p (Whitt: ca2 = 1 + p (ca2_tier - 1))
+            # replica sees the tier's stream thinned to its share p (Whitt: ca2 = 1 + p (ca2_tier - 1)).
+            # Pooling shortens the Poisson part of the wait, not the burst excess: a burst reaches every replica
             ca2_rep = 1.0 + (ca2_k - 1.0) * share / count
             gg = (ca2_rep + cs2_pf) / (1.0 + cs2_pf)
-            a += wq * (gg - 1.0)
-            wq *= gg
-            extra_var = (wvar + max(stats.mean_output - 1.0, 0.0) * svar) * gg * gg
+            burst = wq * (gg - 1.0)
+            a += wq * (pool - 1.0) + burst
+            wq = wq * pool + burst
+            extra_var = (wvar * pool + max(stats.mean_output - 1.0, 0.0) * svar) * gg * gg
             comps.append((k, share, a, tau, wq, extra_var))
             prefill_rho = max(prefill_rho, prho)
         p_wait = _erlang_c(slots, rho)
