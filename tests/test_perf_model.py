@@ -196,7 +196,7 @@ def test_one_all_reduce_latency_whatever_the_tp_degree() -> None:
 def test_the_all_reduce_kernel_follows_the_message_size() -> None:
     """Small messages run the engine's one-shot kernel (one latency; every GPU reads its tp - 1 peers), mid
     ones SGLang's two-shot kernel (ring traffic, one latency), large ones NCCL's ring (2 (tp - 1) hops);
-    TensorRT-LLM v0.11-v0.14 had no two-shot kernel, and without NVLink every all-reduce is NCCL's."""
+    TensorRT-LLM from mid-2024 has no two-shot kernel, and without NVLink every all-reduce is NCCL's."""
     from boute.perf.engines import engine_spec
     from boute.perf.physics import allreduce_time
 

@@ -38,11 +38,13 @@ class AllReduceRule:
         return self.oneshot_max_bytes[i], self.custom_max_bytes[i]
 
 
-#: TensorRT-LLM's AUTO strategy as of v0.11-v0.14 (allreduce plugin ``selectImplementation``): one-shot up to
-#: 16 MB at TP 2, below 1 MB at TP <= 4 and below 500 kB beyond; its two-shot kernel "disabled as a
-#: temporary measure" for a performance bug, so every larger message goes to NCCL
+#: TensorRT-LLM's AUTO strategy from mid-2024 (its allreduce plugin's ``selectImplementation``, the same in
+#: the v0.17-era source): one-shot up to 16 MB at TP 2, below 1 MB at TP <= 4 and below 500 kB beyond; the
+#: two-shot kernel "disabled as a temporary measure" for a performance bug, so every larger message goes
+#: to NCCL. Applied to the releases from v0.10 on
 TRTLLM_ALLREDUCE = AllReduceRule((16e6, 1e6, 5e5), (16e6, 1e6, 5e5))
-#: the same plugin before that (v0.9): two-shot from the one-shot limit up to its 8 MB workspace (16 MB at TP 2)
+#: the plugin before that (the v0.5-v0.9 static benchmarks): two-shot from the one-shot limit up to its 8 MB
+#: workspace (16 MB at TP 2)
 TRTLLM_ALLREDUCE_TWOSHOT = AllReduceRule((16e6, 1e6, 5e5), (16e6, 8e6, 8e6))
 #: SGLang and vLLM's custom all-reduce: one stage below 512 kB (any size up to 8 MB at TP 2), two stages
 #: up to 8 MB, NCCL beyond
