@@ -46,9 +46,9 @@ TRTLLM_ALLREDUCE = AllReduceRule((16e6, 1e6, 5e5), (16e6, 1e6, 5e5))
 #: the plugin before that (the v0.5-v0.9 static benchmarks): two-shot from the one-shot limit up to its 8 MB
 #: workspace (16 MB at TP 2)
 TRTLLM_ALLREDUCE_TWOSHOT = AllReduceRule((16e6, 1e6, 5e5), (16e6, 8e6, 8e6))
-#: SGLang and vLLM's custom all-reduce: one stage below 512 kB (any size up to 8 MB at TP 2), two stages
-#: up to 8 MB, NCCL beyond
-SGLANG_ALLREDUCE = AllReduceRule((8 * 2**20, 512 * 2**10, 512 * 2**10), (8 * 2**20, 8 * 2**20, 8 * 2**20))
+#: SGLang and vLLM's custom all-reduce (``cross_device_reduce_1stage`` / ``_2stage``): one stage at TP 2 and
+#: below 512 KiB at TP <= 4 (256 KiB at TP 8), two stages up to its 8 MiB buffer, NCCL beyond
+SGLANG_ALLREDUCE = AllReduceRule((8 * 2**20, 512 * 2**10, 256 * 2**10), (8 * 2**20, 8 * 2**20, 8 * 2**20))
 
 
 @dataclass(frozen=True)
