@@ -38,13 +38,14 @@ class AllReduceRule:
         return self.oneshot_max_bytes[i], self.custom_max_bytes[i]
 
 
-#: TensorRT-LLM's AUTO strategy from mid-2024 (its allreduce plugin's ``selectImplementation``, the same in
-#: the v0.17-era source): one-shot up to 16 MB at TP 2, below 1 MB at TP <= 4 and below 500 kB beyond; the
-#: two-shot kernel "disabled as a temporary measure" for a performance bug, so every larger message goes
-#: to NCCL. Applied to the releases from v0.10 on
+#: TensorRT-LLM's AUTO strategy in its v0.17-era allreduce plugin (``selectImplementation``): one-shot up to
+#: 16 MB at TP 2, below 1 MB at TP <= 4 and below 500 kB beyond; the two-shot kernel "disabled as a
+#: temporary measure" for a performance bug, so every larger message goes to NCCL. Which releases before
+#: that ran it is not known; the rows from v0.10 on take it because the data prefer it (in sample p90 23.0%
+#: against 24.1% with the older rule below, docs/perf-model.md)
 TRTLLM_ALLREDUCE = AllReduceRule((16e6, 1e6, 5e5), (16e6, 1e6, 5e5))
-#: the plugin before that (the v0.5-v0.9 static benchmarks): two-shot from the one-shot limit up to its 8 MB
-#: workspace (16 MB at TP 2)
+#: an older plugin source: two-shot from the one-shot limit up to its 8 MB workspace (16 MB at TP 2); taken
+#: for the v0.5-v0.9 static benchmarks
 TRTLLM_ALLREDUCE_TWOSHOT = AllReduceRule((16e6, 1e6, 5e5), (16e6, 8e6, 8e6))
 #: SGLang and vLLM's custom all-reduce (``cross_device_reduce_1stage`` / ``_2stage``): one stage at TP 2 and
 #: below 512 KiB at TP <= 4 (256 KiB at TP 8), two stages up to its 8 MiB buffer, NCCL beyond
