@@ -337,7 +337,8 @@ class Gateway:
         self.metrics.reject(reason)
         return Reply.error(429, f"{why}; retry later", "rate_limit_exceeded", headers=self._retry)
 
-    def _release_stream(self, entry: str) -> None:
+    def release_stream(self, entry: str) -> None:
+        """A streamed request's holds end (called once by :class:`router.reply.HeldStream` when it closes)."""
         self.inflight -= 1
         self.tier_inflight[entry] -= 1
 

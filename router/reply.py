@@ -143,4 +143,4 @@ class HeldStream:
         finally:
             assert self.gw.proxy is not None
             self.gw.proxy.finish(self.upstream, ok=True, done=False)  # no-op once the relay has finished it
-            self.gw._release_stream(self.entry)
+            self.gw.release_stream(self.entry)
