@@ -37,7 +37,7 @@ from boute.perf.engines import engine_spec
 from boute.perf.model import allreduce_limits, make_rates, peak_tflops, replica_perf
 from boute.perf.physics import Rates, Shape
 from boute.perf.serving import saturated_throughput, serving_point, static_batch
-from boute.perf.structure import Families, FittedModel, Structure, link_family, logit, sigmoid
+from boute.perf.structure import LINK_FAMILIES, Families, FittedModel, Structure, link_family, logit, sigmoid
 
 DTYPES = ("bf16", "fp8", "fp4")
 ARCHS = ("ampere", "ada", "hopper", "blackwell")
@@ -107,7 +107,7 @@ class RowTable:
     bf16_idx: np.ndarray
     arch_idx: np.ndarray  # -1: no fitted offset
     mem_idx: np.ndarray
-    link_idx: np.ndarray  # 0 nvlink, 1 pcie
+    link_idx: np.ndarray  # index in LINK_FAMILIES (nvlink, pcie)
     oh_idx: np.ndarray
     kv_tokens: np.ndarray
     max_batch: np.ndarray
@@ -160,7 +160,7 @@ def build_table(rows: Sequence[PublishedRow], catalog: Catalog | None = None) ->
         cols["di"].append(DTYPES.index(r.dtype))
         cols["ai"].append(ARCHS.index(g.arch) if g.arch in ARCHS else -1)
         cols["mi"].append(MEMORIES.index(g.memory_type) if g.memory_type in MEMORIES else -1)
-        cols["li"].append(0 if link_family(g.link) == "nvlink" else 1)
+        cols["li"].append(LINK_FAMILIES.index("nvlink" if link_family(g.link) == "nvlink" else "pcie"))
         cols["oi"].append(OVERHEADS.index(SGLANG_OVERHEAD_FROM if eng.overhead_key == "sglang" else eng.overhead_key))
         cols["kv"].append(perf.kv_capacity_tokens)
         cols["mb"].append(eng.max_batch)
@@ -249,8 +249,9 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     pair = np.array([[v[f"ad_{a}_{d}"] for d in DTYPES] for a in ARCHS] + [[0.0] * len(DTYPES)])
     mem = np.array([v[f"mem_{m}"] for m in MEMORIES] + [0.0])
     link = _sig(np.array([v["link_nvlink"], v["link_pcie"]]))
-    lat = np.array([math.exp(v["lat_nvlink"]), 0.0]) * 1e-6
-    hop = np.exp(np.array([v["hop_nvlink"], v["hop_pcie"]])) * 1e-6
+    # per link family (index as RowTable.link_idx), as the structure defines them
+    lat = np.array([st.allreduce_latency_us[f] for f in LINK_FAMILIES]) * 1e-6
+    hop = np.array([st.ring_hop_latency_us[f] for f in LINK_FAMILIES]) * 1e-6
     oh = np.exp(np.array([v[f"oh_{k}"] for k in OVERHEADS]))
     sq = np.exp(np.array([v[f"sq_{k}"] for k in OVERHEADS]))
     t = table
