@@ -326,7 +326,8 @@ def fast_evaluate(
         a_sum = tau_sum = svc = 0.0
         # the balancer sends each request to the replica with the fewest outstanding ones, so the tier's
         # prefill stages pool: a prompt waits only when the replicas it could go to are all prefilling
-        pool = _pooling(sum(c for _, c, _, _ in groups), sum(sh * x[4] for sh, x in zip(shares, at, strict=True)))
+        prefill_rho_k = sum(sh * prho for sh, (_, _, _, _, prho, _) in zip(shares, at, strict=True))
+        pool = _pooling(sum(c for _, c, _, _ in groups), prefill_rho_k)
         for (_, count, _, _), (a, tau, wvar, svar, prho, wq), share in zip(groups, at, shares, strict=True):
             a_sum += share * a
             tau_sum += share * tau
