@@ -9,8 +9,8 @@ import pytest
 
 from boute.catalog import builtin_catalog
 from boute.perf.dataset import METRICS, MODES, parse_rows, published_rows
-from boute.perf.fit import build_table
 from boute.perf.measurements import HELD_OUT, REFERENCE
+from boute.perf.rows import build_table
 
 ROWS = published_rows()
 

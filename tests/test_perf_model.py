@@ -11,9 +11,10 @@ from boute.catalog import builtin_catalog
 from boute.perf import predict_point, replica_perf
 from boute.perf.dataset import VERSION_1_LAST_ID, in_scope_rows
 from boute.perf.engines import ENGINES
-from boute.perf.fit import build_table, params_of, predict
+from boute.perf.fit import params_of, predict
 from boute.perf.measurements import HELD_OUT, REFERENCE, compare
 from boute.perf.model import ReplicaPerf
+from boute.perf.rows import build_table
 from boute.perf.structure import packaged_fit
 
 CAT = builtin_catalog()

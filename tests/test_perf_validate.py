@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from boute.perf.dataset import VERSION_1_LAST_ID
-from boute.perf.fit import NAMES, build_table, fit_table
+from boute.perf.fit import NAMES, fit_table
+from boute.perf.rows import build_table
 from boute.perf.validate import REPORT_PATH, replay, summarize
 
 REPORT = json.loads(REPORT_PATH.read_text())

@@ -28,7 +28,8 @@ import numpy as np
 
 from boute.catalog import builtin_catalog
 from boute.perf.dataset import VERSION_1_LAST_ID, PublishedRow, in_scope_rows
-from boute.perf.fit import build_table, fit_table, params_of, predict
+from boute.perf.fit import fit_table, params_of, predict
+from boute.perf.rows import build_table
 from boute.perf.structure import packaged_fit
 
 REPORT_PATH = Path(__file__).parent / "data" / "validation.json"
