@@ -24,7 +24,8 @@ from boute.serving import BACKENDS, BackendSpec
 from boute.specs.plan import Plan
 from router.config import Settings
 from router.gateway import Gateway
-from router.openai_io import CHAT, CHAT_SCHEMA, COMPLETION, COMPLETION_SCHEMA, body_spec, error_response
+from router.openai_io import CHAT, CHAT_SCHEMA, COMPLETION, COMPLETION_SCHEMA, body_spec
+from router.reply import Reply
 from router.state import SharedStateUnavailable
 
 PLAN_SCHEMA = {"type": "object", "description": "a BOute plan (see docs/router.md)"}
@@ -56,11 +57,13 @@ def create_app(
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
         code = "not_found" if exc.status_code == 404 else None
-        return error_response(exc.status_code, str(exc.detail), code=code, headers=getattr(exc, "headers", None))
+        return Reply.error(
+            exc.status_code, str(exc.detail), code=code, headers=getattr(exc, "headers", None)
+        ).response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(422, f"invalid request: {exc.errors()[0].get('msg', 'invalid')}")
+        return Reply.error(422, f"invalid request: {exc.errors()[0].get('msg', 'invalid')}").response()
 
     # ---- OpenAI API ---------------------------------------------------------------------------
     @app.post("/v1/chat/completions", openapi_extra=body_spec(CHAT_SCHEMA))
@@ -99,10 +102,10 @@ def create_app(
     def _auth(request: Request) -> Response | None:
         token = settings.admin_token
         if not token:
-            return error_response(403, "admin API disabled: set BOUTE_ADMIN_TOKEN", "permission_error")
+            return Reply.error(403, "admin API disabled: set BOUTE_ADMIN_TOKEN", "permission_error").response()
         given = request.headers.get("authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return error_response(401, "missing or wrong bearer token", "authentication_error")
+            return Reply.error(401, "missing or wrong bearer token", "authentication_error").response()
         return None
 
     @app.get("/admin/plan")
@@ -125,13 +128,13 @@ def create_app(
             # its bundle files go to the shared store with it, so every peer can load it too
             files = await asyncio.to_thread(gw.plan_files, plan)
         except ValidationError as exc:
-            return error_response(422, str(from_validation_error(exc, "plan")), code="invalid_plan")
+            return Reply.error(422, str(from_validation_error(exc, "plan")), code="invalid_plan").response()
         except BouteError as exc:
-            return error_response(422, str(exc), code="invalid_plan")
+            return Reply.error(422, str(exc), code="invalid_plan").response()
         try:
             version = await gw.state.put_plan(plan, files)
         except SharedStateUnavailable as exc:
-            return error_response(503, str(exc), "service_unavailable", headers={"retry-after": "1"})
+            return Reply.error(503, str(exc), "service_unavailable", headers={"retry-after": "1"}).response()
         return _json({"version": version, "tiers": list(plan.routing.tiers), "mode": plan.routing.mode})
 
     @app.get("/admin/backends")
@@ -151,11 +154,11 @@ def create_app(
         try:
             backends = BACKENDS.validate_json(await request.body())
         except ValidationError as exc:
-            return error_response(422, str(from_validation_error(exc, "backends")), code="invalid_backends")
+            return Reply.error(422, str(from_validation_error(exc, "backends")), code="invalid_backends").response()
         try:
             await gw.state.put_backends(backends)
         except SharedStateUnavailable as exc:
-            return error_response(503, str(exc), "service_unavailable", headers={"retry-after": "1"})
+            return Reply.error(503, str(exc), "service_unavailable", headers={"retry-after": "1"}).response()
         await gw.balancer.check_all(gw.client)
         return _json({"backends": len(backends)})
 
@@ -176,7 +179,7 @@ def fast_app(app: FastAPI) -> Any:
             try:
                 response = await gw.handle_asgi(scope, receive, kind)
             except Exception as exc:  # never a bare 500 page: keep the OpenAI error shape
-                response = error_response(500, f"internal error: {type(exc).__name__}")
+                response = Reply.error(500, f"internal error: {type(exc).__name__}").response()
             await response(scope, receive, send)
             return
         await app(scope, receive, send)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.responses import Response
 
 CHAT, COMPLETION = "chat", "completion"
 
@@ -32,18 +31,6 @@ def error_body(message: str, kind: str, param: str | None = None, code: str | No
 def error_type(status: int, kind: str | None = None) -> str:
     """OpenAI's error ``type``: ``kind`` when given, else by status (the client's fault below 500)."""
     return kind or ("invalid_request_error" if status < 500 else "server_error")
-
-
-def error_response(
-    status: int,
-    message: str,
-    kind: str | None = None,
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    body = error_body(message, error_type(status, kind), param, code)
-    return Response(body, status, headers, media_type="application/json")
 
 
 def _text_of(content: Any, where: str) -> str:

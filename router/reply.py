@@ -93,7 +93,7 @@ class Reply:
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> Reply:
-        """OpenAI's error shape (as :func:`router.openai_io.error_response`)."""
+        """OpenAI's error shape (:func:`router.openai_io.error_body`); ``.response()`` for the ASGI routes."""
         return cls(status, error_body(message, error_type(status, kind), param, code), headers)
 
     def response(self) -> Response:
