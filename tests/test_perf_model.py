@@ -233,3 +233,33 @@ def test_pipeline_stages_speed_up_prefill_not_weight_streaming() -> None:
     big = 8192 * 4
     pf1, pf4 = (float(p.step_time(big, 0.0, big * 2048, pipelined=True)) for p in (pp1, pp4))
     assert pf4 < pf1 / 4 * serial * 1.1
+
+
+def test_a_prompt_reaching_an_idle_engine_waits_for_no_step() -> None:
+    """At a low fixed rate with one-token answers nothing decodes between prompts, so the first token takes
+    the prompt's own step; long answers keep a batch decoding and each arrival waits for half a step
+    (about, as the engine is busy nearly all the time)."""
+    from boute.perf.physics import step_time
+    from boute.perf.serving import serving_point
+
+    perf = replica_perf(CAT.model("llama-3.1-8b"), CAT.gpu("h100-sxm"))
+    r, s = perf.rates, perf.shape
+
+    def point(rate: float, out: int) -> dict[str, float]:
+        pt = serving_point(
+            r,
+            s,
+            np.array([500.0]),
+            np.array([float(out)]),
+            rate=np.array([rate]),
+            max_step_tokens=np.array([8192.0]),
+            mixed=np.array([True]),
+        )
+        return {k: float(v[0]) for k, v in pt.items()}
+
+    alone = float(step_time(r, s, 500.0, 0.0, 500.0**2, seqs=1.0))
+    idle = point(0.01, 1)
+    assert idle["batch"] < 1e-9 and idle["ttft_s"] == pytest.approx(alone, rel=0.02)
+    busy = point(2.0, 1000)
+    assert busy["batch"] > 5
+    assert busy["ttft_s"] - alone >= 0.45 * busy["itl_s"]  # half a (longer, batch-sized) step on top

@@ -115,6 +115,18 @@ def prompt_delta(
     return s0, delta, k
 
 
+def _busy(batch: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Probability that an arriving prompt finds a step in progress (and waits for half of it on average).
+
+    The engine idles when no sequence decodes and no prompt is being prefilled. Decoding sequences in
+    steady state are Poisson-distributed around their mean ``batch`` (an M/G/inf population), so none
+    decodes with probability ``exp(-batch)``; prefill takes the share ``load`` of the time. At low load
+    with short answers the engine is mostly idle and a prompt starts at once: charging every arrival half
+    a step over-predicted those published first-token times by 25-35%.
+    """
+    return 1.0 - np.exp(-np.maximum(batch, 0.0)) * (1.0 - np.clip(load, 0.0, 1.0))
+
+
 def serving_point(
     rates: Rates,
     shape: Shape,
@@ -146,7 +158,7 @@ def serving_point(
         load = np.minimum(lam * delta, MAX_LOAD)
         s = s0 / (1.0 - load)
         mix = np.asarray(mixed, dtype=bool)
-        ttft = 0.5 * s + delta + np.where(mix, k * s0, 0.0)
+        ttft = _busy(d, load) * 0.5 * s + delta + np.where(mix, k * s0, 0.0)
         if closed:
             cycle = ttft + (o - 1.0) * s
             lam = 0.5 * lam + 0.5 * (n / cycle)  # damped: the users' request rate follows their cycle
@@ -159,7 +171,7 @@ def serving_point(
     raw_load = lam * delta
     s = s0 / (1.0 - np.minimum(raw_load, MAX_LOAD))
     mix = np.asarray(mixed, dtype=bool)
-    ttft = 0.5 * s + delta + np.where(mix, k * s0, 0.0)
+    ttft = _busy(d, raw_load) * 0.5 * s + delta + np.where(mix, k * s0, 0.0)
     return {
         "ttft_s": ttft,
         "itl_s": s,
