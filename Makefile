@@ -47,10 +47,13 @@ demo: $(STAMP)
 	$(BIN)/boute verify --plan out/plan.json
 	@echo "plan: out/plan.json (+ out/plan.bundle/)  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
 
-## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379).
+## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379). Two workers:
+## most of the suite waits on processes and sockets, so two share two cores well (7.5 -> 4.6 min here);
+## --dist loadfile keeps each file on one worker, so module fixtures (emulated stacks) start once per file.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(MAKE) --no-print-directory engines || echo "warning: the llama.cpp engine did not build; its tests will skip"
-	$(BIN)/python -m tests.services $(BIN)/pytest -q
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -m "not slow" -x

@@ -123,6 +123,8 @@ def test_admin_rejects_invalid_plan_and_keeps_old(gw: str) -> None:
 def test_metrics_and_probes(gw: str) -> None:
     assert httpx.get(gw + "/health").json() == {"status": "ok"}
     assert httpx.get(gw + "/ready").status_code == 200
+    body = {"model": "router-small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(gw + "/v1/chat/completions", json=body).status_code == 200  # counted whatever ran before
     text = httpx.get(gw + "/metrics").text
     assert 'boute_requests_total{code="200",tier="small"}' in text and "boute_overhead_seconds_bucket" in text
 
