@@ -17,7 +17,8 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
 * **Two acquisitions, interleaved** (``acq="hybrid"``): qLogNEHVI on (exact quality, GP latency) with the
   reference point at the targets (floor, cap) so only the feasible region counts, and constrained
   LogEI on latency over plans whose exact quality meets the floor: the chosen plan is what users get, so
-  two of every three steps improve it directly. ``acq="ehvi"`` / ``"ei"`` run one of them alone.
+  two of every three steps improve it directly. ``acq="ehvi"`` / ``"ei"`` run one of them alone. The
+  strategy builds the models and picks the acquisition; :mod:`boute.optimize.acquisitions` scores the pool.
 * Initial design: scrambled Sobol points (``n_init`` evaluated ones), deterministic in the seed; every ask
   is a pure function of the trials so far (resuming is exact).
 * **Objectives** (:mod:`boute.optimize.objectives`). ``latency``: the above. ``cost``: $/h is exact too (a
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from boute.optimize import acquisitions
 from boute.optimize.acq_pool import Pool, build_pool
 from boute.optimize.bo_parts import SobolDesign, pointwise, warm_state
 from boute.optimize.evaluators import Evaluator, policy_of
@@ -56,7 +58,6 @@ from boute.optimize.space import Space
 if TYPE_CHECKING:
     from botorch.models import SingleTaskGP
     from botorch.models.model import Model
-    from botorch.sampling.base import MCSampler
     from gpytorch.kernels import Kernel
     from torch import Tensor
 
@@ -72,26 +73,6 @@ class _GPOptions(TypedDict):
     mc_samples: int
     acq_optimizer: str
     threads: int
-
-
-def _first_output(Y: Tensor, X: Tensor | None = None) -> Tensor:
-    """MC objective: the first outcome (``-$/h`` of the cost acquisition)."""
-    return Y[..., 0]
-
-
-def _sum_outputs(Y: Tensor, X: Tensor | None = None) -> Tensor:
-    """MC objective: the sum of the outcomes (``-log P95`` = prior + residual GP)."""
-    return Y.sum(dim=-1)
-
-
-def _mc_sampler(model: Model, Z: Tensor, n: int, seed: int) -> MCSampler:
-    """BoTorch's sampler for ``model``'s posterior (a ``ListSampler`` for a ``ModelList``), seeded."""
-    import torch
-    from botorch.sampling.get_sampler import get_sampler
-
-    # botorch annotates get_sampler's argument as TorchPosterior, but it dispatches on any Posterior and a
-    # ModelList's is a PosteriorList: the annotation is narrower than the function
-    return get_sampler(model.posterior(Z[:1]), torch.Size([n]), seed=seed)  # type: ignore[arg-type]
 
 
 def exact_quality_fn(evaluator: Evaluator) -> QualityFn | None:
@@ -327,31 +308,26 @@ class MoboStrategy:
     def _log_cei_cost(
         self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
     ) -> np.ndarray:
-        """BoTorch constrained qLogEI on ``-$/h`` (exact) with the outcome constraint ``P95 <= cap`` (GP).
-
-        The improvement is deterministic (cost is known), so this is the cost saving over the cheapest plan
-        meeting the targets, weighted by the GP's probability that the plan meets the cap. Plans below the
-        floor score -inf (the screen keeps them out of the pool anyway).
-        """
-        import torch
-        from botorch.acquisition.logei import qLogExpectedImprovement
-        from botorch.acquisition.objective import GenericMCObjective
+        """Constrained qLogEI on ``-$/h`` with ``P95 <= cap`` (:func:`acquisitions.log_cei_cost`); plans below
+        the floor score -inf (the screen keeps them out of the pool anyway)."""
         from botorch.models.deterministic import GenericDeterministicModel
-        from botorch.models.model import ModelList
 
-        model = ModelList(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1), *lat)
-        Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
-        acq = qLogExpectedImprovement(
-            model=model,
-            best_f=-best_cost,
-            sampler=_mc_sampler(model, Z, self.mc_samples, self.seed),
-            objective=GenericMCObjective(_first_output),
-            # feasible when -log P95 (the latency outputs' sum) >= -log cap
-            constraints=[lambda Y: -math.log(cap) - Y[..., 1:].sum(dim=-1)],
+        s = acquisitions.log_cei_cost(
+            GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1),
+            lat,
+            self._pool_tensor(pool),
+            best_cost=best_cost,
+            cap=cap,
+            mc_samples=self.mc_samples,
+            seed=self.seed,
         )
-        with torch.no_grad():
-            s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
         return np.where(pq >= floor - 1e-12, s, -np.inf)
+
+    @staticmethod
+    def _pool_tensor(pool: Pool) -> Tensor:
+        import torch
+
+        return torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
 
     def _neg_cost_fn(self, pool: Pool) -> Callable[[Tensor], Tensor]:
         """``-$/h`` of canonical points as a torch function: pool plans by lookup, others by decoding."""
@@ -378,33 +354,8 @@ class MoboStrategy:
         return [np.asarray(ok[int(i)].z, dtype=float) for i in idx]
 
     def _log_ei(self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:
-        """Log expected improvement of ``-log P95`` over the incumbent; plans below the floor score -inf.
-
-        Analytic LogEI on the GP; with a prior (``lat`` = [prior, residual GP]) BoTorch's qLogEI on their sum.
-        """
-        import torch
-        from botorch.acquisition import AcquisitionFunction
-
-        Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
-        acq: AcquisitionFunction
-        if len(lat) == 1:
-            from botorch.acquisition.analytic import LogExpectedImprovement
-
-            acq = LogExpectedImprovement(lat[0], best_f=best, maximize=True)
-        else:
-            from botorch.acquisition.logei import qLogExpectedImprovement
-            from botorch.acquisition.objective import GenericMCObjective
-            from botorch.models.model import ModelList
-
-            model = ModelList(*lat)
-            acq = qLogExpectedImprovement(
-                model=model,
-                best_f=best,
-                sampler=_mc_sampler(model, Z, self.mc_samples, self.seed),
-                objective=GenericMCObjective(_sum_outputs),
-            )
-        with torch.no_grad():
-            s = torch.cat([acq(b) for b in Z.split(256)]).numpy().astype(float)
+        """LogEI of ``-log P95`` over the incumbent (:func:`acquisitions.log_ei`); plans below the floor -inf."""
+        s = acquisitions.log_ei(lat, self._pool_tensor(pool), best=best, mc_samples=self.mc_samples, seed=self.seed)
         return np.where(pq >= floor - 1e-12, s, -np.inf)
 
     # ---- the latency outcome: the GP, or a cheaper evaluator's figure plus the GP's residual ------------
@@ -436,43 +387,22 @@ class MoboStrategy:
     def _log_nehvi(
         self, lat: list[Model], X: Tensor, pool: Pool, floor: float, cap: float, budget: float | None = None
     ) -> np.ndarray:
-        """qLogNEHVI of (exact quality, GP ``-log P95``) with the reference point at the targets; with
-        ``budget``, of (exact quality, GP ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget)."""
-        import torch
-        from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
+        """qLogNEHVI of (exact quality, ``-log P95``) with the reference point at the targets; with ``budget``,
+        of (exact quality, ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget)."""
         from botorch.models.deterministic import GenericDeterministicModel
-        from botorch.models.model import ModelList
 
         space = self.space
 
         def quality(z: np.ndarray) -> float:
             return self._quality(tuple(space._fractions(z)))
 
-        models = [GenericDeterministicModel(pointwise(quality), num_outputs=1), *lat]
-        ref = [floor, -math.log(cap)]
-        if budget is not None:
-            models.append(GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1))
-            ref.append(-budget)
-        model = ModelList(*models)
-        n_lat = len(lat)
-        objective = None
-        if n_lat > 1:  # outcomes (quality, -log P95 = the latency outputs' sum[, -$/h])
-            from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
-
-            def outcomes(Y: torch.Tensor, X: torch.Tensor | None = None) -> torch.Tensor:
-                parts = [Y[..., :1], Y[..., 1 : 1 + n_lat].sum(dim=-1, keepdim=True), Y[..., 1 + n_lat :]]
-                return torch.cat(parts, dim=-1)
-
-            objective = GenericMCMultiOutputObjective(outcomes)
-        acq = qLogNoisyExpectedHypervolumeImprovement(
-            model=model,
-            ref_point=ref,
-            objective=objective,
-            X_baseline=X,
-            sampler=_mc_sampler(model, X, self.mc_samples, self.seed),
-            prune_baseline=True,
-            cache_root=False,
+        return acquisitions.log_nehvi(
+            GenericDeterministicModel(pointwise(quality), num_outputs=1),
+            lat,
+            X,
+            self._pool_tensor(pool),
+            ref=[floor, -math.log(cap)] + ([-budget] if budget is not None else []),
+            neg_cost=None if budget is None else GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1),
+            mc_samples=self.mc_samples,
+            seed=self.seed,
         )
-        Z = torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
-        with torch.no_grad():
-            return torch.cat([acq(c) for c in Z.split(256)]).numpy().astype(float)
