@@ -296,8 +296,9 @@ def _run(quick: bool, workdir: Path) -> dict[str, Any]:
     cpu = max(os.sched_getaffinity(0))
     _pin(cpu)
     from boute.quality.embed import Embedder
+    from boute.quality.head import shape_row
     from boute.quality.profiles import load_profile
-    from boute.quality.router import shape_row, train_router
+    from boute.quality.router import train_router
     from boute.quality.static_embed import StaticSettings, load_static, static_dir
 
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.embed import EmbedOptions
-from boute.quality.router import LinearHead, fit_head, load_head, shape_features
+from boute.quality.head import LinearHead, fit_head, load_head, shape_features
 
 VERIFIER_FORMAT = "boute-verifier/1"
 #: how responses are embedded for the verifier: their end, where the final answer is
