@@ -56,7 +56,7 @@ test: $(STAMP)
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m tests.services $(BIN)/pytest -q -m "not slow" -x
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" -x
 
 ## Benchmarks: results land in bench/results/*.json and bench/results/README.md.
 bench: $(STAMP)
