@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.policy import thresholds_for_fractions
+from boute.quality.policy import cascade_visits, thresholds_for_fractions
 from boute.specs.plan import Plan, Routing
 
 log = logging.getLogger("boute.router.policy")
@@ -180,7 +180,7 @@ def planned_inflight(plan: Plan) -> dict[str, int]:
     r = plan.routing
     fr = [float(f) for f in (r.fractions or [])]
     if r.mode == "cascade" and fr:  # tier k sees every query not accepted before it
-        fr = [sum(fr[k:]) for k in range(len(fr))]
+        fr = [float(v) for v in cascade_visits(fr)]
     out: dict[str, int] = {}
     for k, tier in enumerate(r.tiers):
         replicas = sum(g.count for g in plan.groups(tier))

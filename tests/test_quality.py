@@ -215,3 +215,13 @@ def test_embedding_leaves_autograd_on(tmp_path: Path) -> None:
     x = torch.ones(2, requires_grad=True)
     (x * x).sum().backward()
     assert x.grad is not None
+
+
+def test_cascade_visits_are_exact_where_the_gateway_rounds_up() -> None:
+    """Every query reaches the first tier; a later tier sees the shares that end at it or beyond, summed as
+    given (``1 - 0.82`` is 0.18000000000000005, which a ceil'd admission bound would turn into one more)."""
+    from boute.quality.policy import cascade_visits
+
+    assert cascade_visits([0.82, 0.18]).tolist() == [1.0, 0.18]
+    assert cascade_visits([0.5, 0.3, 0.2]).tolist() == [1.0, 0.5, 0.2]
+    np.testing.assert_allclose(cascade_visits([0.1, 0.2, 0.3, 0.4]), [1.0, 0.9, 0.7, 0.4])

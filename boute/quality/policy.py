@@ -93,6 +93,20 @@ def thresholds_for_fractions(reference_scores: ArrayLike, fractions: ArrayLike) 
     return np.array(_cut(_midpoints(ref), f))
 
 
+def cascade_visits(shares: ArrayLike) -> np.ndarray:
+    """Share of the queries that reach each tier of a cascade, from the shares that end at each tier.
+
+    The first tier sees every query; tier k > 0 the queries that end at it or beyond (the sum of those
+    shares, not ``1 -`` the others', which would carry the rounding of ``1 - 0.82`` into the gateway's
+    ceil'd admission bounds). The gateway sizes each tier's admission bound by it and the quality model
+    reports it; one rule for both.
+    """
+    s = np.asarray(shares, dtype=np.float64)
+    visits = np.cumsum(s[::-1])[::-1].copy()
+    visits[0] = 1.0
+    return visits
+
+
 def systematic_resample(weights: ArrayLike, n: int) -> np.ndarray:
     """``n`` indices drawn in proportion to ``weights`` on an even grid (no randomness: the same mix gives
     the same sample, and each index appears within one of its expected count)."""
@@ -279,7 +293,7 @@ class QualityModel:
         final = self._cascade_route(prep["v"], theta)  # general N: O(n * N) with masks
         shares = np.bincount(final, minlength=n_tiers) / n
         total = float(self.test_scores[np.arange(n), final].sum())
-        visits = 1.0 - np.concatenate([[0.0], np.cumsum(shares)[:-1]])
+        visits = cascade_visits(shares)
         return PolicyResult(float(total) / n, shares, visits, float(visits[:-1].sum()), theta)
 
     @staticmethod
