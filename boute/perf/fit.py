@@ -16,8 +16,9 @@ Every parameter has a physical meaning and is shared by many rows; nothing is pe
 
 Residuals are ``log(predicted / published)`` weighted by ``1/sqrt(rows of the source)`` so that one
 large table does not outvote the others. The rows' arrays, weights and regimes live in
-:mod:`boute.perf.rows`; this module maps parameters to rates and fits them. ``python -m boute.perf.fit`` re-fits on every in-scope row and
-writes ``boute/perf/data/fit.json``; ``boute.perf.validate`` re-fits with sources or GPUs left out.
+:mod:`boute.perf.rows`; this module maps parameters to rates and fits them. ``python -m boute.perf.fit``
+re-fits on every in-scope row and writes ``boute/perf/data/fit.json``; ``boute.perf.validate`` re-fits
+with sources or GPUs left out.
 """
 
 from __future__ import annotations
