@@ -182,16 +182,16 @@ def test_each_sequence_in_a_step_pays_the_engines_per_sequence_cost() -> None:
     )
 
 
-def test_one_all_reduce_latency_whatever_the_tp_degree() -> None:
-    """One-shot all-reduce: at one token the collective costs the same fixed latency at TP2 and TP8 (the
-    bandwidth term aside), not (tp - 1) ring hops."""
+def test_an_all_reduce_synchronisation_grows_as_log2_tp() -> None:
+    """One-shot all-reduce: at one token the collective costs one synchronisation, log2 tp times the TP 2
+    latency (TP 8: 3x), not (tp - 1) ring hops."""
     from boute.perf.physics import comm_time
 
     m, g = CAT.model("llama-3.1-70b"), CAT.gpu("h100-sxm")
     tp2, tp8 = replica_perf(m, g, tp=2), replica_perf(m, g, tp=8)
     lat = float(tp2.rates.allreduce_latency_s)
-    for p in (tp2, tp8):
-        assert float(comm_time(p.rates, p.shape, 1e-9)) == pytest.approx(2 * m.layers * lat, rel=1e-6)
+    assert float(comm_time(tp2.rates, tp2.shape, 1e-9)) == pytest.approx(2 * m.layers * lat, rel=1e-6)
+    assert float(comm_time(tp8.rates, tp8.shape, 1e-9)) == pytest.approx(2 * m.layers * 3 * lat, rel=1e-6)
 
 
 def test_the_all_reduce_kernel_follows_the_message_size() -> None:
@@ -212,11 +212,14 @@ def test_the_all_reduce_kernel_follows_the_message_size() -> None:
         float(sg.rates.allreduce_latency_s),
         float(sg.rates.ring_hop_latency_s),
     )
-    assert ar(sg, 100e3) == pytest.approx(7 * 100e3 / link + lat)
-    assert ar(sg, 4e6) == pytest.approx(1.75 * 4e6 / link + lat)
+    sync = 3 * lat  # log2 8
+    assert ar(sg, 100e3) == pytest.approx(7 * 100e3 / link + sync)
+    assert ar(sg, 4e6) == pytest.approx(1.75 * 4e6 / link + sync)
     assert ar(sg, 50e6) == pytest.approx(1.75 * 50e6 / link + 14 * hop)
     trt = replica_perf(m, CAT.gpu("h100-sxm"), tp=8, engine=engine_spec("trtllm"))
     assert ar(trt, 4e6) == pytest.approx(1.75 * 4e6 / link + 14 * hop)  # two-shot off: NCCL
+    nim = replica_perf(m, CAT.gpu("h100-sxm"), tp=8, engine=engine_spec("nim"))
+    assert ar(nim, 4e6) == pytest.approx(1.75 * 4e6 / link + sync)  # NIM's TP 8 sweeps: two-shot
     pcie = replica_perf(m, CAT.gpu("l40s"), tp=4, dtype="fp8")
     link_p, hop_p = float(pcie.rates.link_bytes_s), float(pcie.rates.ring_hop_latency_s)
     assert ar(pcie, 100e3) == pytest.approx(1.5 * 100e3 / link_p + 6 * hop_p)
@@ -233,6 +236,18 @@ def test_pipeline_stages_speed_up_prefill_not_weight_streaming() -> None:
     big = 8192 * 4
     pf1, pf4 = (float(p.step_time(big, 0.0, big * 2048, pipelined=True)) for p in (pp1, pp4))
     assert pf4 < pf1 / 4 * serial * 1.1
+
+
+def test_each_micro_batch_pays_the_step_overhead() -> None:
+    """Under PP a round is pp engine iterations, each with its fixed overhead; a token traversing the stages
+    (the latency view) is one iteration."""
+    from boute.perf.physics import step_time
+
+    pp4 = replica_perf(CAT.model("llama-3.1-70b"), CAT.gpu("rtx-pro-6000"), pp=4, dtype="fp8")
+    more = replace(pp4.rates, overhead_s=pp4.rates.overhead_s + 1e-3)
+    for pipelined, rounds in ((True, 4), (False, 1)):
+        base, dearer = (float(step_time(r, pp4.shape, 256, 256 * 1024, pipelined=pipelined)) for r in (pp4.rates, more))
+        assert dearer - base == pytest.approx(rounds * 1e-3)
 
 
 def test_a_prompt_reaching_an_idle_engine_waits_for_no_step() -> None:
@@ -263,3 +278,19 @@ def test_a_prompt_reaching_an_idle_engine_waits_for_no_step() -> None:
     busy = point(2.0, 1000)
     assert busy["batch"] > 5
     assert busy["ttft_s"] - alone >= 0.45 * busy["itl_s"]  # half a (longer, batch-sized) step on top
+
+
+def test_a_static_batch_reports_its_mean_decode_step() -> None:
+    """The static benchmark's identity holds for the model's rows too: first token + (out - 1) x
+    token-to-token time = the run's latency = batch x out / throughput."""
+    rows = [r for r in in_scope_rows() if r.mode == "static" and r.metric == "tpot_ms" and r.output_len > 1][:50]
+    assert len(rows) == 50
+    ttft = [replace(r, metric="ttft_ms") for r in rows]
+    thr = [replace(r, metric="output_tokens_per_s", per_gpu=False) for r in rows]
+    x = params_of(packaged_fit())
+    p_tpot, p_ttft, p_thr = (predict(build_table(rs), x) for rs in (rows, ttft, thr))
+    out = np.array([r.output_len for r in rows], dtype=float)
+    batch = np.array([r.batch for r in rows], dtype=float)
+    latency_ms = p_ttft + (out - 1) * p_tpot
+    assert np.allclose(latency_ms, batch * out / p_thr * 1e3, rtol=1e-9)
+    assert (p_tpot < p_ttft + 1e3).all() and (p_tpot > 0).all()

@@ -39,26 +39,29 @@ def test_replayed_held_out_errors_match_the_report(split: str) -> None:
 
 
 def test_leave_one_source_out_bounds() -> None:
-    """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%; p90 not met)."""
+    """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%, per metric and GPU
+    family; met overall, for TTFT, TPOT, Ampere and Hopper; not for throughput, Ada and Blackwell)."""
     held = replay("source", REPORT["fold_params"]["source"])
     s = summarize(held)
-    assert s["all"]["median_abs_pct"] <= 8.5 and s["all"]["p90_abs_pct"] <= 26.0  # 29% before the NCCL ring regime
+    assert s["all"]["median_abs_pct"] <= 8.5 and s["all"]["p90_abs_pct"] <= 24.5  # 25.6% before dataset v3
     assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 8.5
-    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 25.0
-    assert s["metric"]["ttft_ms"]["median_abs_pct"] <= 11.0
-    assert s["metric"]["tpot_ms"]["median_abs_pct"] <= 15.0  # was 24%: per-hop all-reduce latency
-    for fam, bound in (("hopper", 10.0), ("ampere", 7.5), ("ada", 8.0), ("blackwell", 16.0)):
+    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 28.5  # the NIM sweep's long prompts
+    for metric in ("ttft_ms", "tpot_ms"):  # 110 and 52 rows before dataset v3, now ~2,000 each
+        assert s["metric"][metric]["median_abs_pct"] <= 9.0 and s["metric"][metric]["p90_abs_pct"] <= 25.0, metric
+    for fam, bound in (("hopper", 9.0), ("ampere", 7.0), ("ada", 10.0), ("blackwell", 14.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
+    for fam, bound in (("hopper", 25.0), ("ampere", 22.0), ("ada", 26.0)):
+        assert s["gpu_family"][fam]["p90_abs_pct"] <= bound, fam
     # the rows of dataset version 1, held out the same way: 9.5% / 30.6% before this structure
     first = np.array([r.id <= VERSION_1_LAST_ID for r in held.rows])
     err = np.abs(held.error_pct[first])
-    assert np.median(err) <= 10.5 and np.percentile(err, 90) <= 23.0
+    assert np.median(err) <= 9.5 and np.percentile(err, 90) <= 21.5
 
 
 def test_leave_one_gpu_out_bounds() -> None:
     s = summarize(replay("gpu", REPORT["fold_params"]["gpu"]))
     assert s["all"]["median_abs_pct"] <= 10.0 and s["all"]["p90_abs_pct"] <= 24.5
-    for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "rtx-4090"):
+    for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "l40", "rtx-4090"):
         assert s["gpu"][gpu]["median_abs_pct"] <= 15.0, gpu
 
 

@@ -139,8 +139,12 @@ ENGINES: dict[str, EngineSpec] = {
     "trtllm-triton": EngineSpec(
         "trtllm-triton", True, 256, 8192, kv_free_fraction=0.9, overhead_key="trtllm", allreduce=TRTLLM_ALLREDUCE
     ),
-    # NIM LLM containers run TensorRT-LLM profiles
-    "nim": EngineSpec("nim", True, 2048, 8192, kv_free_fraction=0.9, overhead_key="trtllm", allreduce=TRTLLM_ALLREDUCE),
+    # NIM LLM containers run TensorRT-LLM profiles. Their TP8 sweeps (DLI genai-perf data) show no step-time
+    # jump where a decode batch's all-reduce passes the one-shot limit (50 users at TP8: 0.8 MB): the two-shot
+    # kernel carries those messages, as in the older plugin
+    "nim": EngineSpec(
+        "nim", True, 2048, 8192, kv_free_fraction=0.9, overhead_key="trtllm", allreduce=TRTLLM_ALLREDUCE_TWOSHOT
+    ),
     # vLLM V1: gpu_memory_utilization 0.9, max_num_seqs 256, chunked prefill on, pages on demand
     "vllm": EngineSpec("vllm", True, 256, 8192, mem_fraction=0.9, reserve_output=False, overhead_key="vllm"),
 }

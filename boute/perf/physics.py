@@ -22,10 +22,11 @@ sum to ``sq``. Its time is::
   (per-request scheduling, sampling, streaming), both fitted per engine.
 - **communication**: per layer two all-reduces of ``tokens x hidden x 2`` bytes, each by the kernel
   the engine picks for that size (:func:`allreduce_time`): small messages as one-shot kernels in which
-  every GPU reads its peers directly (one fixed latency whatever the TP degree: held-out TPOT error on
-  the first 919 published rows 22% with a per-hop latency, 10% with one), large ones through NCCL's
-  ring (``2 (tp - 1)`` hops, each with its latency); pipeline stages add one hand-off each (a NCCL
-  send: one hop).
+  every GPU reads its peers directly (one synchronisation whose latency grows as ``log2 tp``, like a
+  barrier tree: held-out TPOT error on the first 919 published rows 22% with a per-hop latency, 10% with
+  a fixed one; the TP 4-8 inter-token times of dataset version 3 want the growth), large ones through
+  NCCL's ring (``2 (tp - 1)`` hops, each with its latency); pipeline stages add one hand-off each (a
+  NCCL send: one hop).
 
 Arrays broadcast, so the fit evaluates hundreds of published rows in one call, and a
 :class:`~boute.perf.model.ReplicaPerf` evaluates one replica with 0-d arrays.
@@ -58,7 +59,7 @@ class Rates:
     weight_bytes_s: np.ndarray  # bytes/s streaming weights, whole TP group
     kv_bytes_s: np.ndarray  # bytes/s reading the KV cache, whole TP group
     link_bytes_s: np.ndarray  # bytes/s per direction of one GPU's link
-    allreduce_latency_s: np.ndarray  # fixed cost of one custom-kernel all-reduce (NVLink)
+    allreduce_latency_s: np.ndarray  # synchronisation of one custom-kernel all-reduce at TP 2 (NVLink)
     ring_hop_latency_s: np.ndarray  # one NCCL transfer: each of a ring all-reduce's 2 (tp - 1) hops, a PP hand-off
     oneshot_max_bytes: np.ndarray  # messages below: the engine's one-shot kernel (an engine rule, not a rate)
     custom_max_bytes: np.ndarray  # below (and above the one-shot limit): its two-shot kernel; beyond: NCCL
@@ -119,11 +120,16 @@ def allreduce_time(rates: Rates, shape: Shape, act: np.ndarray) -> np.ndarray:
     NCCL ring (large messages, or no NVLink): the same traffic in ``2 (tp - 1)`` hops, each paying its
     latency. The split matters at TP 8: a decode step's 10 MB message goes to NCCL and pays 14 hops,
     while a small-batch step's few kB run one-shot.
+
+    A synchronisation costs the fitted latency x ``log2 tp``. With one fixed latency, NIM's decode at 1-4
+    users came out +15% at TP 2 and -18% at TP 8 (medians, in sample); growing as ``tp - 1`` the fit is
+    worse (in-sample p90 22.3% against 21.2%).
     """
     tp = shape.tp
     ring_bytes = 2.0 * (tp - 1.0) / tp * act / rates.link_bytes_s
-    oneshot = (tp - 1.0) * act / rates.link_bytes_s + rates.allreduce_latency_s
-    twoshot = ring_bytes + rates.allreduce_latency_s
+    sync = rates.allreduce_latency_s * np.log2(np.maximum(tp, 2.0))
+    oneshot = (tp - 1.0) * act / rates.link_bytes_s + sync
+    twoshot = ring_bytes + sync
     nccl = ring_bytes + 2.0 * (tp - 1.0) * rates.ring_hop_latency_s
     return np.where(act < rates.oneshot_max_bytes, oneshot, np.where(act < rates.custom_max_bytes, twoshot, nccl))
 
@@ -174,8 +180,9 @@ def step_time(
     passes of one stage. Compute and KV reads divide by ``pp``; weight reads do not (each micro-batch
     streams the stage's weights again), which is why pipelining speeds up prefill almost linearly and
     memory-bound decode only through the larger batch its memory holds. ``pp_serial`` adds the bubbles
-    and synchronisation that stages do not overlap. Without ``pipelined`` (latency view), a token
-    traverses the stages in turn.
+    and synchronisation that stages do not overlap; each micro-batch is an engine iteration of its own and
+    pays the fixed step overhead (the v1.0 table, PP 1-8, held out: p90 35.8% -> 33.7% with it).
+    Without ``pipelined`` (latency view), a token traverses the stages in turn.
     """
     t = np.asarray(tokens, dtype=float)
     c = np.asarray(ctx, dtype=float)
@@ -187,4 +194,5 @@ def step_time(
     else:
         work = _work(rates, shape, t, c, s2, 1.0)
     n = t if seqs is None else np.asarray(seqs, dtype=float)
-    return np.where(t > 0, rates.overhead_s + rates.seq_overhead_s * n + work, 0.0)
+    rounds = shape.pp if pipelined else 1.0
+    return np.where(t > 0, rates.overhead_s * rounds + rates.seq_overhead_s * n + work, 0.0)

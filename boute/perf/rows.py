@@ -170,8 +170,8 @@ def predict_rows(table: RowTable, rates: Rates) -> np.ndarray:
         idx, r_, s_, i, o, m = part(mode == "static")
         b = np.array([rows[k].batch or 1 for k in idx], dtype=float)
         b = np.minimum(b, np.maximum(1.0, np.floor(t.kv_tokens[idx] / (i + o))))
-        ttft, _, thr = static_batch(r_, s_, b, i, o)
-        out[idx] = np.where(m == "ttft_ms", ttft * 1e3, thr)
+        ttft, tpot, thr = static_batch(r_, s_, b, i, o)
+        out[idx] = np.where(m == "ttft_ms", ttft * 1e3, np.where(m == "tpot_ms", tpot * 1e3, thr))
 
     if (mode == "max_throughput").any():
         idx, r_, s_, i, o, m = part(mode == "max_throughput")

@@ -69,7 +69,8 @@ class Structure:
     moe_efficiency: float = 1.0
     #: share of a step's work that pipeline stages cannot overlap (throughput with pp > 1)
     pp_serial: float = 0.0
-    #: fixed cost of one custom-kernel all-reduce, microseconds, by link family (0 where engines run none)
+    #: synchronisation cost of one custom-kernel all-reduce at TP 2, microseconds, by link family (0 where
+    #: engines run none); it grows as log2 tp (:func:`boute.perf.physics.allreduce_time`)
     allreduce_latency_us: Mapping[str, float] = field(
         default_factory=lambda: _frozen({"nvlink": 8.0, "pcie": 25.0, "cpu": 0.0})
     )

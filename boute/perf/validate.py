@@ -109,6 +109,17 @@ def why(row: PublishedRow, err: float) -> str:
             "closed-loop users all start at once, so prompts arrive in synchronised waves; the model's "
             "steady state has no waves (and the vLLM version is not stated)"
         )
+    if row.source_id == "dli-nim-genai-perf" and row.metric != "ttft_ms" and row.input_len >= 2000:
+        return (
+            "NIM closed loop with fixed lengths: the users stay in waves, so a wave's long prompts are prefilled back "
+            "to back instead of spread over the cycle, and this 2024 build decodes long contexts slower than the "
+            "KV bytes it reads (most with the FP8 cache); neither is steady service as the model computes it"
+        )
+    if row.gpu in ("l40", "l40s") and row.tp >= 4 and row.mode == "static":
+        return (
+            "tensor parallelism over PCIe at TP 4-8 in the static v0.9 benchmark: every all-reduce is NCCL's ring, "
+            "priced by one PCIe hop latency fitted across PCIe systems"
+        )
     if row.gpu == "a100-80gb-pcie" and row.tp > 1:
         return (
             "tensor parallelism over PCIe without NVLink: that system's NCCL all-reduce is far slower than the "
@@ -146,7 +157,8 @@ def why(row: PublishedRow, err: float) -> str:
     if row.gpu == "rtx-pro-6000" and row.pp > 1:
         return (
             "pipeline parallelism: decode-heavy scaling falls off from PP4 to PP8 beyond micro-batch passes; "
-            "the only PP source is this one, so held out its serial share falls back to the prior"
+            "the only PP 4-8 source is v1.0 (the later overview has PP 2, which scales well), so held out the "
+            "serial share is learnt from PP 2 alone"
         )
     if row.mode == "online_rate" and row.metric == "tpot_ms":
         return "near the engine's capacity the prefill interference is very sensitive to the load"
