@@ -293,4 +293,4 @@ def test_a_static_batch_reports_its_mean_decode_step() -> None:
     batch = np.array([r.batch for r in rows], dtype=float)
     latency_ms = p_ttft + (out - 1) * p_tpot
     assert np.allclose(latency_ms, batch * out / p_thr * 1e3, rtol=1e-9)
-    assert (p_tpot < p_ttft + 1e3).all() and (p_tpot > 0).all()
+    assert (p_tpot > 0).all() and not np.allclose(p_tpot, p_thr)
