@@ -40,7 +40,7 @@ def test_replayed_held_out_errors_match_the_report(split: str) -> None:
 
 def test_leave_one_source_out_bounds() -> None:
     """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%, per metric and GPU
-    family; met overall, for TTFT, TPOT, Ampere and Hopper; not for throughput, Ada and Blackwell)."""
+    family; met overall, for TTFT, TPOT, Ada, Ampere and Hopper; not for throughput and Blackwell)."""
     held = replay("source", REPORT["fold_params"]["source"])
     s = summarize(held)
     assert s["all"]["median_abs_pct"] <= 8.5 and s["all"]["p90_abs_pct"] <= 24.5  # 25.6% before dataset v3
@@ -50,7 +50,7 @@ def test_leave_one_source_out_bounds() -> None:
         assert s["metric"][metric]["median_abs_pct"] <= 9.0 and s["metric"][metric]["p90_abs_pct"] <= 25.0, metric
     for fam, bound in (("hopper", 9.0), ("ampere", 7.0), ("ada", 10.0), ("blackwell", 14.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
-    for fam, bound in (("hopper", 25.0), ("ampere", 22.0), ("ada", 26.0)):
+    for fam, bound in (("hopper", 25.0), ("ampere", 22.0), ("ada", 24.5)):
         assert s["gpu_family"][fam]["p90_abs_pct"] <= bound, fam
     # the rows of dataset version 1, held out the same way: 9.5% / 30.6% before this structure
     first = np.array([r.id <= VERSION_1_LAST_ID for r in held.rows])

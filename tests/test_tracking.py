@@ -107,6 +107,28 @@ def test_resume_with_other_settings_is_a_clear_error(sqlite_url: str) -> None:
     store.close()
 
 
+def test_trials_of_another_perf_model_are_not_resumed(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BOute upgrade that re-fits the perf model changes every evaluation while the scenario stays the
+    same: the stored trials belong to the old model, so resuming them under the same name is a clear error,
+    and an unnamed run starts a new experiment."""
+    import dataclasses
+
+    import boute.perf.structure as structure
+
+    sc = load_scenario(None)
+    store = open_store(sqlite_url)
+    old = optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store)
+    optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store, experiment="p")
+    fit = structure.packaged_fit()
+    refit = dataclasses.replace(fit, structure=dataclasses.replace(fit.structure, roofline_p=2.0))
+    monkeypatch.setattr(structure, "packaged_fit", lambda: refit)  # the upgraded install's packaged fit
+    with pytest.raises(BouteError, match="'p' was run with perf_sha="):
+        optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store, experiment="p")
+    new = optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store)
+    assert new.experiment_id != old.experiment_id and new.resumed_trials == 0
+    store.close()
+
+
 def test_unreachable_database_is_one_line() -> None:
     with pytest.raises(BouteError, match="--db: cannot open tracking database"):
         open_store("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")

@@ -66,6 +66,18 @@ def trial_from_row(row: Any) -> Trial:
     return Trial(row.index, tuple(p["x"]), tuple(p["z"]), cand, res, status=row.status, error=row.error)
 
 
+def perf_fingerprint(scenario: Scenario) -> str:
+    """What every evaluation's timings rest on: the packaged perf fit and the scenario's GPU catalog with its
+    calibration applied. Part of an experiment's settings, so trials evaluated under another perf model (a
+    BOute upgrade, a new calibration file) are never resumed as if they were this model's."""
+    from boute.perf.calibration import scenario_catalog
+    from boute.perf.structure import packaged_fit
+
+    cat = scenario_catalog(scenario)
+    doc = {"fit": packaged_fit().to_json(), "gpus": {n: g.model_dump(mode="json") for n, g in sorted(cat.gpus.items())}}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def settings_of(
     scenario: Scenario,
     mode: str,
@@ -74,7 +86,8 @@ def settings_of(
     screen: bool = True,
 ) -> dict[str, Any]:
     """What an experiment was run with (a resume must match). The objective and ``screen: false`` are
-    recorded only when they differ from the defaults, so experiments tracked before they existed resume."""
+    recorded only when they differ from the defaults, so experiments tracked before they existed resume;
+    ``perf_sha`` is always recorded, so an experiment of another perf model never does."""
     doc = scenario.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
     extra: dict[str, Any] = {}
@@ -85,6 +98,7 @@ def settings_of(
     return {
         **extra,
         "scenario_sha": digest,
+        "perf_sha": perf_fingerprint(scenario),
         "budget_per_hour": scenario.cluster.budget_per_hour,
         "quality_floor": scenario.targets.quality_floor,
         "p95_cap_s": scenario.targets.p95_latency_s,

@@ -25,8 +25,8 @@ sum to ``sq``. Its time is::
   every GPU reads its peers directly (one synchronisation whose latency grows as ``log2 tp``, like a
   barrier tree: held-out TPOT error on the first 919 published rows 22% with a per-hop latency, 10% with
   a fixed one; the TP 4-8 inter-token times of dataset version 3 want the growth), large ones through
-  NCCL's ring (``2 (tp - 1)`` hops, each with its latency); pipeline stages add one hand-off each (a
-  NCCL send: one hop).
+  NCCL's ring (``2 (tp - 1)`` hops, each with its latency, by the faster of NCCL's Simple and LL
+  protocols); pipeline stages add one hand-off each (a NCCL send: one hop).
 
 Arrays broadcast, so the fit evaluates hundreds of published rows in one call, and a
 :class:`~boute.perf.model.ReplicaPerf` evaluates one replica with 0-d arrays.
@@ -112,6 +112,13 @@ def weight_bytes_read(shape: Shape, tokens: ArrayLike) -> np.ndarray:
     return np.where(moe, shared + shape.expert_bytes * e * share, shape.weight_bytes)
 
 
+#: NCCL's LL protocol against its Simple one in NCCL's own tuning model (``src/graph/tuning.cc``, ring
+#: all-reduce within a node): a quarter of the bus bandwidth (flags travel with every 8 bytes of data), and a
+#: per-step latency of 0.14 (NVLink: 0.47 us against 3.4) to 0.18 (PCIe: 1.0 against 5.7) of Simple's
+NCCL_LL_BYTES = 4.0
+NCCL_LL_HOP = 0.16
+
+
 def allreduce_time(rates: Rates, shape: Shape, act: np.ndarray) -> np.ndarray:
     """One all-reduce of ``act`` bytes per GPU, by the kernel the engine picks for that size.
 
@@ -119,7 +126,9 @@ def allreduce_time(rates: Rates, shape: Shape, act: np.ndarray) -> np.ndarray:
     Two-shot: reduce-scatter + all-gather, ``2 (tp - 1) / tp x bytes`` per GPU, one synchronisation.
     NCCL ring (large messages, or no NVLink): the same traffic in ``2 (tp - 1)`` hops, each paying its
     latency. The split matters at TP 8: a decode step's 10 MB message goes to NCCL and pays 14 hops,
-    while a small-batch step's few kB run one-shot.
+    while a small-batch step's few kB run one-shot. NCCL itself picks its protocol by size: small messages
+    go by LL (:data:`NCCL_LL_HOP` of the hop latency, :data:`NCCL_LL_BYTES` times the bytes), which is
+    what a small decode step over PCIe pays (held out by source, Ada's p90 25.4% -> 23.1%).
 
     A synchronisation costs the fitted latency x ``log2 tp``. With one fixed latency, NIM's decode at 1-4
     users came out +15% at TP 2 and -18% at TP 8 (medians, in sample); growing as ``tp - 1`` the fit is
@@ -130,7 +139,9 @@ def allreduce_time(rates: Rates, shape: Shape, act: np.ndarray) -> np.ndarray:
     sync = rates.allreduce_latency_s * np.log2(np.maximum(tp, 2.0))
     oneshot = (tp - 1.0) * act / rates.link_bytes_s + sync
     twoshot = ring_bytes + sync
-    nccl = ring_bytes + 2.0 * (tp - 1.0) * rates.ring_hop_latency_s
+    hops = 2.0 * (tp - 1.0) * rates.ring_hop_latency_s
+    # NCCL's tuner takes the faster of its protocols: Simple (the fitted hop latency, full bandwidth) or LL
+    nccl = np.minimum(ring_bytes + hops, NCCL_LL_BYTES * ring_bytes + NCCL_LL_HOP * hops)
     return np.where(act < rates.oneshot_max_bytes, oneshot, np.where(act < rates.custom_max_bytes, twoshot, nccl))
 
 

@@ -117,8 +117,8 @@ def why(row: PublishedRow, err: float) -> str:
         )
     if row.gpu in ("l40", "l40s") and row.tp >= 4 and row.mode == "static":
         return (
-            "tensor parallelism over PCIe at TP 4-8 in the static v0.9 benchmark: every all-reduce is NCCL's ring, "
-            "priced by one PCIe hop latency fitted across PCIe systems"
+            "tensor parallelism over PCIe at TP 4-8 in the static v0.9 benchmark: every all-reduce is NCCL's ring "
+            "(LL for small messages), priced by one PCIe hop latency fitted across PCIe systems"
         )
     if row.gpu == "a100-80gb-pcie" and row.tp > 1:
         return (
