@@ -113,8 +113,9 @@ def weight_bytes_read(shape: Shape, tokens: ArrayLike) -> np.ndarray:
 
 
 #: NCCL's LL protocol against its Simple one in NCCL's own tuning model (``src/graph/tuning.cc``, ring
-#: all-reduce within a node): a quarter of the bus bandwidth (flags travel with every 8 bytes of data), and a
-#: per-step latency of 0.14 (NVLink: 0.47 us against 3.4) to 0.18 (PCIe: 1.0 against 5.7) of Simple's
+#: all-reduce within a node): a quarter of the bus bandwidth (each 8-byte store carries 4 bytes of data and a
+#: flag, and the model derates it further), and a per-step latency of 0.14 (NVLink: 0.47 us against 3.4) to
+#: 0.18 (PCIe: 1.0 against 5.7) of Simple's
 NCCL_LL_BYTES = 4.0
 NCCL_LL_HOP = 0.16
 
