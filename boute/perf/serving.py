@@ -151,14 +151,21 @@ def serving_point(
     closed = concurrency is not None
     n = _f(concurrency) if concurrency is not None else np.zeros(1)
     lam = _f(rate) if rate is not None else np.ones_like(i)
+    mix = np.asarray(mixed, dtype=bool)
+
+    def first_token(
+        d: np.ndarray, load: np.ndarray, s: np.ndarray, s0: np.ndarray, delta: np.ndarray, k: np.ndarray
+    ) -> np.ndarray:
+        """Mean TTFT: half a step if one runs, the prompt's own cost, and (mixed) its chunks' decode steps."""
+        return _busy(d, load) * 0.5 * s + delta + np.where(mix, k * s0, 0.0)
+
     d = np.ones(np.broadcast(i, o, lam).shape)
     for _ in range(iters):
         ctx = d * (i + 0.5 * o)
         s0, delta, k = prompt_delta(rates, shape, d, ctx, i, max_step_tokens=max_step_tokens, mixed=mixed)
         load = np.minimum(lam * delta, MAX_LOAD)
         s = s0 / (1.0 - load)
-        mix = np.asarray(mixed, dtype=bool)
-        ttft = _busy(d, load) * 0.5 * s + delta + np.where(mix, k * s0, 0.0)
+        ttft = first_token(d, load, s, s0, delta, k)
         if closed:
             cycle = ttft + (o - 1.0) * s
             lam = 0.5 * lam + 0.5 * (n / cycle)  # damped: the users' request rate follows their cycle
@@ -170,8 +177,7 @@ def serving_point(
     s0, delta, k = prompt_delta(rates, shape, d, ctx, i, max_step_tokens=max_step_tokens, mixed=mixed)
     raw_load = lam * delta
     s = s0 / (1.0 - np.minimum(raw_load, MAX_LOAD))
-    mix = np.asarray(mixed, dtype=bool)
-    ttft = _busy(d, raw_load) * 0.5 * s + delta + np.where(mix, k * s0, 0.0)
+    ttft = first_token(d, raw_load, s, s0, delta, k)
     return {
         "ttft_s": ttft,
         "itl_s": s,
