@@ -40,29 +40,33 @@ def test_replayed_held_out_errors_match_the_report(split: str) -> None:
 
 def test_leave_one_source_out_bounds() -> None:
     """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%, per metric and GPU
-    family; met overall, for TTFT, TPOT, Ada, Ampere and Hopper; not for throughput and Blackwell)."""
+    family; met overall, per metric, for Ada, Ampere and Hopper, and for Blackwell's median; not for
+    Blackwell's p90: PP 4-8 rows come from one source)."""
     held = replay("source", REPORT["fold_params"]["source"])
     s = summarize(held)
-    assert s["all"]["median_abs_pct"] <= 8.5 and s["all"]["p90_abs_pct"] <= 24.5  # 25.6% before dataset v3
-    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 8.5
-    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 28.5  # the NIM sweep's long prompts
+    assert s["all"]["median_abs_pct"] <= 7.5 and s["all"]["p90_abs_pct"] <= 23.0  # 7.8% / 23.5% before speeds
+    assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 7.5
+    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 25.0  # 27.7% before the release speeds
     for metric in ("ttft_ms", "tpot_ms"):  # 110 and 52 rows before dataset v3, now ~2,000 each
-        assert s["metric"][metric]["median_abs_pct"] <= 9.0 and s["metric"][metric]["p90_abs_pct"] <= 25.0, metric
-    for fam, bound in (("hopper", 9.0), ("ampere", 7.0), ("ada", 10.0), ("blackwell", 14.0)):
+        assert s["metric"][metric]["median_abs_pct"] <= 8.0 and s["metric"][metric]["p90_abs_pct"] <= 23.0, metric
+    for fam, bound in (("hopper", 7.5), ("ampere", 7.0), ("ada", 9.0), ("blackwell", 10.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
-    for fam, bound in (("hopper", 25.0), ("ampere", 22.0), ("ada", 24.5)):
+    for fam, bound in (("hopper", 23.0), ("ampere", 21.0), ("ada", 25.0)):
         assert s["gpu_family"][fam]["p90_abs_pct"] <= bound, fam
     # the rows of dataset version 1, held out the same way: 9.5% / 30.6% before this structure
     first = np.array([r.id <= VERSION_1_LAST_ID for r in held.rows])
     err = np.abs(held.error_pct[first])
-    assert np.median(err) <= 9.5 and np.percentile(err, 90) <= 21.5
+    assert np.median(err) <= 7.5 and np.percentile(err, 90) <= 21.5
 
 
 def test_leave_one_gpu_out_bounds() -> None:
     s = summarize(replay("gpu", REPORT["fold_params"]["gpu"]))
     assert s["all"]["median_abs_pct"] <= 10.0 and s["all"]["p90_abs_pct"] <= 24.5
-    for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "l40", "rtx-4090"):
+    for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "l40"):
         assert s["gpu"][gpu]["median_abs_pct"] <= 15.0, gpu
+    # the RTX 4090's 7 rows are vLLM's only rows: held out, vLLM runs at the reference speed (the newest
+    # TensorRT-LLM release), ~15% faster than the speed those rows give vLLM in sample
+    assert s["gpu"]["rtx-4090"]["median_abs_pct"] <= 21.0
 
 
 def test_worst_rows_come_with_a_reason() -> None:
@@ -119,3 +123,35 @@ def test_the_other_sources_lookup_predicts_each_row_from_the_same_configuration_
     assert np.isnan(held.predicted[3])
     stored = REPORT["other_sources_lookup"]
     assert stored["lookup"]["rows"] == stored["model_held_out"]["rows"] > 1000
+
+
+def test_a_release_without_rows_takes_its_neighbours_speed() -> None:
+    """The speed chain: two releases' rows, the release between them held out. It lands between its
+    neighbours (the random-walk prior), the newest release with rows is the reference (speed 1), and BOute's
+    SGLang runs at the reference."""
+    import dataclasses
+
+    from boute.perf.dataset import in_scope_rows
+    from boute.perf.fit import predict
+    from boute.perf.rows import SPEEDS, speed_of
+
+    rows_of = {
+        s: [r for r in in_scope_rows() if r.source_id == s and r.tp == 1][:40] for s in ("trtllm-v0.12", "trtllm-v0.14")
+    }
+    pick = rows_of["trtllm-v0.12"] + rows_of["trtllm-v0.14"]
+    assert {r.source_id for r in pick} == {"trtllm-v0.12", "trtllm-v0.14"}
+    # v0.14 runs its kernels 20% faster than the same rows say of v0.12
+    rows = [dataclasses.replace(r, value=r.value * (1.2 if r.source_id == "trtllm-v0.14" else 1.0)) for r in pick]
+    x = dict(zip(NAMES, fit_table(build_table(rows), max_nfev=40), strict=True))
+    v12, v13, v14 = (x[f"speed_{k}"] for k in ("0.12.0", "0.13.0", "0.14.0"))
+    assert v14 == pytest.approx(0.0, abs=0.01)  # the reference
+    assert v12 < v13 < v14 and v12 == pytest.approx(-np.log(1.2), abs=0.08)
+    sglang = dataclasses.replace(pick[0], engine="sglang", engine_version="0.4")
+    assert speed_of(sglang) == -1
+    xv = np.array(list(x.values()))
+    faster = xv + np.array([0.3 if n.startswith("speed_") else 0.0 for n in NAMES])
+    assert predict(build_table([sglang]), faster)[0] == predict(build_table([sglang]), xv)[0]
+    assert predict(build_table([pick[0]]), faster)[0] > predict(build_table([pick[0]]), xv)[0]
+    with pytest.raises(ValueError, match="0.99"):
+        speed_of(dataclasses.replace(pick[0], engine_version="0.99"))
+    assert SPEEDS[speed_of(pick[0])] in ("0.12.0", "0.14.0")

@@ -146,6 +146,9 @@ class MeasuredPoint:
     per_gpu: bool = False
     mem_fraction: float = DEFAULT_MEM_FRACTION
     source: str = ""
+    #: speed of the engine that measured the point relative to the reference the GPU's factors describe
+    #: (1 for your own engine; a published row of an old TensorRT-LLM release: that release's fitted speed)
+    speed: float = 1.0
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -159,6 +162,9 @@ def predict_point(point: MeasuredPoint, catalog: Catalog, efficiency: Efficiency
     gpu = catalog.gpu(point.gpu)
     if efficiency is not None:
         gpu = gpu.model_copy(update={"efficiency": efficiency})
+    if point.speed != 1.0:  # the engine's speed scales the tensor and memory peaks, as in boute.perf.fit
+        peaks = ("tflops_bf16", "tflops_fp8", "tflops_fp4", "bandwidth_gbs")
+        gpu = gpu.model_copy(update={k: getattr(gpu, k) * point.speed for k in peaks if getattr(gpu, k) is not None})
     perf = replica_perf(catalog.model(point.model), gpu, point.tp, point.pp, point.dtype, point.mem_fraction)
     if point.metric == "ttft_ms":
         n = float(point.batch * point.input_len)

@@ -1,6 +1,6 @@
 """Fit the performance model's shared terms and family efficiencies on published rows.
 
-Every parameter has a physical meaning and is shared by many rows; nothing is per row or per source:
+Every parameter has a physical meaning and is shared by many rows; nothing is per row:
 
 - GEMM efficiency: ``logit = base[dtype] + offset[architecture] + offset[architecture, dtype]`` (offsets
   pulled to 0 by ridge priors, the pair offset more strongly, so an architecture without rows falls back to
@@ -12,7 +12,12 @@ Every parameter has a physical meaning and is shared by many rows; nothing is pe
 - GPU-independent structure: tokens for half GEMM efficiency, roofline sharpness, attention, KV-read
   and routed-expert efficiency, the serial share of pipeline stages, and a fixed step overhead per engine
   family (TensorRT-LLM, vLLM; SGLang takes the TensorRT-LLM value:
-  no published SGLang rows are in the dataset).
+  no published SGLang rows are in the dataset);
+- a speed per TensorRT-LLM release and per other engine (NIM, vLLM), scaling the row's tensor and memory
+  peaks: releases are chained (each pulled towards the one before), the newest release with rows is the
+  reference the shared efficiencies describe, and BOute's SGLang runs at that reference. Most releases have
+  one table, so these are close to per-source terms: held out, a release is predicted at its neighbours'
+  speed, which is what the leave-one-source-out figures measure.
 
 Residuals are ``log(predicted / published)`` weighted by ``1/sqrt(rows of the source)`` so that one
 large table does not outvote the others. The rows' arrays, weights and regimes live in
@@ -40,12 +45,20 @@ from boute.perf.rows import (
     MEMORIES,
     OVERHEADS,
     SGLANG_OVERHEAD_FROM,
+    SPEEDS,
+    TRTLLM_RELEASES,
     RowTable,
     build_table,
     predict_rows,
 )
 from boute.perf.structure import LINK_FAMILIES, Families, FittedModel, Structure, logit, sigmoid
 
+#: prior weights of the log engine speeds: each towards the reference (weak), each release towards the one
+#: before it (a release rarely changes the kernels' speed by more than ~10-20%), and the newest release with
+#: rows pinned at the reference
+SPEED_LEVEL_PRIOR = 0.3
+RELEASE_STEP_PRIOR = 2.0
+REFERENCE_PIN = 100.0
 #: parameter name -> (start value in fit space, prior weight towards the start)
 START: dict[str, tuple[float, float]] = {
     **{f"c_{d}": (logit(v), 0.02) for d, v in zip(DTYPES, (0.65, 0.55, 0.45), strict=True)},
@@ -68,6 +81,7 @@ START: dict[str, tuple[float, float]] = {
     "oh_vllm": (math.log(1.5), 0.02),
     "sq_trtllm": (math.log(1.0), 0.02),  # microseconds per sequence in a step
     "sq_vllm": (math.log(1.0), 0.05),
+    **{f"speed_{k}": (0.0, SPEED_LEVEL_PRIOR) for k in SPEEDS},  # log speed of an engine or release
 }
 NAMES: tuple[str, ...] = tuple(START)
 #: bounds in fit space (keep exp/logit terms in physical ranges)
@@ -148,11 +162,12 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     hop = np.array([st.ring_hop_latency_us[f] for f in LINK_FAMILIES]) * 1e-6
     oh = np.exp(np.array([v[f"oh_{k}"] for k in OVERHEADS]))
     sq = np.exp(np.array([v[f"sq_{k}"] for k in OVERHEADS]))
+    speed = np.exp(np.array([v[f"speed_{k}"] for k in SPEEDS] + [0.0]))[table.speed_idx]
     t = table
     rates = make_rates(
-        gemm_peak_tflops=t.gemm_peak,
-        bf16_peak_tflops=t.bf16_peak,
-        bandwidth_gbs=t.bandwidth_gbs,
+        gemm_peak_tflops=t.gemm_peak * speed,
+        bf16_peak_tflops=t.bf16_peak * speed,
+        bandwidth_gbs=t.bandwidth_gbs * speed,
         link_gbs=t.link_gbs,
         tp=t.shape.tp,
         compute=_sig(base[t.dtype_idx] + arch[t.arch_idx] + pair[t.arch_idx, t.dtype_idx]),
@@ -180,13 +195,18 @@ def fit_table(table: RowTable, start: np.ndarray | None = None, *, max_nfev: int
 
     prior_x = x0()
     prior_w = np.array([START[n][1] for n in NAMES])
+    chain = np.array([NAMES.index(f"speed_{k}") for k in TRTLLM_RELEASES])
+    present = [k for k in TRTLLM_RELEASES if (table.speed_idx == SPEEDS.index(k)).any()]
+    if present:
+        prior_w[NAMES.index(f"speed_{present[-1]}")] = REFERENCE_PIN
     lo, hi = _bounds()
     s = np.clip(x0() if start is None else start, lo + 1e-9, hi - 1e-9)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         pred = predict(table, x)
         pred = np.where(np.isfinite(pred) & (pred > 0), pred, 1e-9)
-        return np.concatenate([table.weight * np.log(pred / table.value), prior_w * (x - prior_x)])
+        steps = RELEASE_STEP_PRIOR * np.diff(x[chain])
+        return np.concatenate([table.weight * np.log(pred / table.value), prior_w * (x - prior_x), steps])
 
     sol = least_squares(
         residuals, s, bounds=(lo, hi), x_scale=1.0, diff_step=1e-4, max_nfev=max_nfev, ftol=1e-6, xtol=1e-6

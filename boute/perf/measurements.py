@@ -11,6 +11,7 @@ Run ``python -m boute.perf.measurements`` to print the markdown tables used in d
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from typing import TypedDict
@@ -22,6 +23,8 @@ from boute.perf.calibration import MeasuredPoint, predict_point
 from boute.perf.dataset import PublishedRow, is_metric, published_rows
 from boute.perf.engines import ENGINES
 from boute.perf.model import replica_perf
+from boute.perf.rows import SPEEDS, speed_of
+from boute.perf.structure import packaged_fit
 
 #: TensorRT-LLM static engines pre-allocate nearly all device memory (not SGLang's 0.88)
 TRT_MEM_FRACTION = ENGINES["trtllm-static"].mem_fraction or 0.98
@@ -42,8 +45,15 @@ _REFERENCE_KEYS = (
 )
 
 
+def release_speed(row: PublishedRow) -> float:
+    """The packaged fit's speed of the engine release that measured ``row`` (1: the reference)."""
+    i = speed_of(row)
+    return 1.0 if i < 0 else math.exp(float(packaged_fit().meta["parameters"][f"speed_{SPEEDS[i]}"]))
+
+
 def to_point(row: PublishedRow) -> MeasuredPoint:
-    """A static-batch dataset row as a calibration point (the GPU's own efficiency and overhead apply)."""
+    """A static-batch dataset row as a calibration point (the GPU's own efficiency and overhead apply, at
+    the speed of the release that measured it)."""
     if row.mode != "static":
         raise ValueError(f"row {row.id}: only static-batch rows map to MeasuredPoint (mode {row.mode})")
     if not is_metric(row.metric):  # a loaded row always holds one (PublishedRow checks)
@@ -62,6 +72,7 @@ def to_point(row: PublishedRow) -> MeasuredPoint:
         per_gpu=row.per_gpu,
         mem_fraction=TRT_MEM_FRACTION,
         source=row.source_url,
+        speed=release_speed(row),
     )
 
 

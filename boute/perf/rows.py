@@ -31,6 +31,40 @@ MEMORIES = ("hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7")
 #: value rests on 10 rows of one third-party benchmark
 OVERHEADS = ("trtllm", "vllm")
 SGLANG_OVERHEAD_FROM = "trtllm"
+#: TensorRT-LLM releases with rows, oldest first. Kernels get faster from release to release (the same
+#: configuration's throughput rose 10-55% from v0.12 to v0.17 in NVIDIA's own tables), so each release has
+#: one fitted speed, and consecutive releases are pulled together: a release without rows (a held-out one)
+#: takes its neighbours' speed
+TRTLLM_RELEASES = (
+    "0.5",
+    "0.6.1",
+    "0.9.0",
+    "0.10.0",
+    "0.11.0",
+    "0.12.0",
+    "0.13.0",
+    "0.14.0",
+    "0.15.0",
+    "0.17.0",
+    "1.0",
+    "1.x",
+)
+#: engines outside that chain, one fitted speed each (NIM containers do not state their TensorRT-LLM release)
+ENGINE_SPEEDS = ("nim", "vllm")
+#: every fitted speed: the engines', then the releases'. A speed scales the row's tensor and memory peaks.
+#: The reference (speed 1, what the shared efficiencies describe) is the newest release with rows, and
+#: BOute's SGLang runs at it, as it takes TensorRT-LLM's step overhead
+SPEEDS = ENGINE_SPEEDS + TRTLLM_RELEASES
+
+
+def speed_of(row: PublishedRow) -> int:
+    """Index of the row's engine speed in :data:`SPEEDS` (-1: the reference, for SGLang)."""
+    if row.engine.startswith("trtllm"):
+        release = row.engine_version.split()[0]
+        if release not in TRTLLM_RELEASES:
+            raise ValueError(f"row {row.id}: TensorRT-LLM release '{row.engine_version}' is not in TRTLLM_RELEASES")
+        return SPEEDS.index(release)
+    return SPEEDS.index(row.engine) if row.engine in ENGINE_SPEEDS else -1
 
 
 @dataclass(frozen=True)
@@ -49,6 +83,7 @@ class RowTable:
     mem_idx: np.ndarray
     link_idx: np.ndarray  # index in LINK_FAMILIES (nvlink, pcie)
     oh_idx: np.ndarray
+    speed_idx: np.ndarray  # index in SPEEDS, -1: the reference speed
     kv_tokens: np.ndarray
     max_batch: np.ndarray
     max_step_tokens: np.ndarray
@@ -125,6 +160,7 @@ def build_table(rows: Sequence[PublishedRow], catalog: Catalog | None = None) ->
         mem_idx=a(cols["mi"]),
         link_idx=a(cols["li"]),
         oh_idx=a(cols["oi"]),
+        speed_idx=a([speed_of(r) for r in rows], dtype=int),
         kv_tokens=a(cols["kv"], dtype=float),
         max_batch=a(cols["mb"], dtype=float),
         max_step_tokens=a(cols["ms"], dtype=float),
