@@ -162,10 +162,9 @@ def predict_point(point: MeasuredPoint, catalog: Catalog, efficiency: Efficiency
     gpu = catalog.gpu(point.gpu)
     if efficiency is not None:
         gpu = gpu.model_copy(update={"efficiency": efficiency})
-    if point.speed != 1.0:  # the engine's speed scales the tensor and memory peaks, as in boute.perf.fit
-        peaks = ("tflops_bf16", "tflops_fp8", "tflops_fp4", "bandwidth_gbs")
-        gpu = gpu.model_copy(update={k: getattr(gpu, k) * point.speed for k in peaks if getattr(gpu, k) is not None})
-    perf = replica_perf(catalog.model(point.model), gpu, point.tp, point.pp, point.dtype, point.mem_fraction)
+    perf = replica_perf(
+        catalog.model(point.model), gpu, point.tp, point.pp, point.dtype, point.mem_fraction, speed=point.speed
+    )
     if point.metric == "ttft_ms":
         n = float(point.batch * point.input_len)
         return float(perf.prefill_time(n, point.batch * float(point.input_len) ** 2)) * 1e3

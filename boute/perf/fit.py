@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +148,12 @@ def _sig(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def speeds(params: Mapping[str, float]) -> np.ndarray:
+    """Every engine speed of :data:`SPEEDS` from fitted parameters (by name), then the reference (1), so a
+    row's ``speed_idx`` (-1 for the reference) indexes it."""
+    return np.exp(np.array([float(params[f"speed_{k}"]) for k in SPEEDS] + [0.0]))
+
+
 def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     """The model's value for every row of ``table`` under parameters ``x`` (the rows' own units)."""
     v = dict(zip(NAMES, x, strict=True))
@@ -162,12 +168,11 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     hop = np.array([st.ring_hop_latency_us[f] for f in LINK_FAMILIES]) * 1e-6
     oh = np.exp(np.array([v[f"oh_{k}"] for k in OVERHEADS]))
     sq = np.exp(np.array([v[f"sq_{k}"] for k in OVERHEADS]))
-    speed = np.exp(np.array([v[f"speed_{k}"] for k in SPEEDS] + [0.0]))[table.speed_idx]
     t = table
     rates = make_rates(
-        gemm_peak_tflops=t.gemm_peak * speed,
-        bf16_peak_tflops=t.bf16_peak * speed,
-        bandwidth_gbs=t.bandwidth_gbs * speed,
+        gemm_peak_tflops=t.gemm_peak,
+        bf16_peak_tflops=t.bf16_peak,
+        bandwidth_gbs=t.bandwidth_gbs,
         link_gbs=t.link_gbs,
         tp=t.shape.tp,
         compute=_sig(base[t.dtype_idx] + arch[t.arch_idx] + pair[t.arch_idx, t.dtype_idx]),
@@ -181,6 +186,7 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
         ring_hop_latency_s=hop[t.link_idx],
         oneshot_max_bytes=t.oneshot_max_bytes,
         custom_max_bytes=t.custom_max_bytes,
+        speed=speeds(v)[t.speed_idx],
     )
     return predict_rows(table, rates)
 

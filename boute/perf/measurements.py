@@ -11,7 +11,6 @@ Run ``python -m boute.perf.measurements`` to print the markdown tables used in d
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 from typing import TypedDict
@@ -22,8 +21,9 @@ from boute.catalog import Catalog, builtin_catalog
 from boute.perf.calibration import MeasuredPoint, predict_point
 from boute.perf.dataset import PublishedRow, is_metric, published_rows
 from boute.perf.engines import ENGINES
+from boute.perf.fit import speeds
 from boute.perf.model import replica_perf
-from boute.perf.rows import SPEEDS, speed_of
+from boute.perf.rows import speed_of
 from boute.perf.structure import packaged_fit
 
 #: TensorRT-LLM static engines pre-allocate nearly all device memory (not SGLang's 0.88)
@@ -47,8 +47,7 @@ _REFERENCE_KEYS = (
 
 def release_speed(row: PublishedRow) -> float:
     """The packaged fit's speed of the engine release that measured ``row`` (1: the reference)."""
-    i = speed_of(row)
-    return 1.0 if i < 0 else math.exp(float(packaged_fit().meta["parameters"][f"speed_{SPEEDS[i]}"]))
+    return float(speeds(packaged_fit().meta["parameters"])[speed_of(row)])
 
 
 def to_point(row: PublishedRow) -> MeasuredPoint:

@@ -136,19 +136,28 @@ def make_rates(
     ring_hop_latency_s: ArrayLike = 0.0,
     oneshot_max_bytes: ArrayLike = 0.0,
     custom_max_bytes: ArrayLike = 0.0,
+    speed: ArrayLike = 1.0,
 ) -> Rates:
-    """Effective rates: peak x efficiency x TP degree (the one place that rule lives)."""
+    """Effective rates: peak x efficiency x TP degree (the one place that rule lives).
+
+    ``speed`` is the engine's kernel speed against the reference the efficiencies describe (a fitted
+    TensorRT-LLM release speed, :data:`boute.perf.rows.SPEEDS`): it scales the tensor and memory peaks.
+    """
     a = np.asarray
-    tp_ = a(tp, dtype=float)
+    scale = a(tp, dtype=float) * a(speed, dtype=float)  # TP GPUs, each at the engine's speed
     return Rates(
-        gemm_flops=a(gemm_peak_tflops, dtype=float) * 1e12 * a(compute, dtype=float) * tp_,
+        gemm_flops=a(gemm_peak_tflops, dtype=float) * 1e12 * a(compute, dtype=float) * scale,
         attn_flops=a(bf16_peak_tflops, dtype=float)
         * 1e12
         * a(compute_bf16, dtype=float)
         * structure.attn_efficiency
-        * tp_,
-        weight_bytes_s=a(bandwidth_gbs, dtype=float) * 1e9 * a(bandwidth, dtype=float) * tp_,
-        kv_bytes_s=a(bandwidth_gbs, dtype=float) * 1e9 * a(bandwidth, dtype=float) * structure.kv_read_efficiency * tp_,
+        * scale,
+        weight_bytes_s=a(bandwidth_gbs, dtype=float) * 1e9 * a(bandwidth, dtype=float) * scale,
+        kv_bytes_s=a(bandwidth_gbs, dtype=float)
+        * 1e9
+        * a(bandwidth, dtype=float)
+        * structure.kv_read_efficiency
+        * scale,
         link_bytes_s=a(link_gbs, dtype=float) * 1e9 * a(link, dtype=float),
         allreduce_latency_s=a(allreduce_latency_s, dtype=float),
         ring_hop_latency_s=a(ring_hop_latency_s, dtype=float),
@@ -284,13 +293,15 @@ def replica_perf(
     engine: EngineSpec | None = None,
     structure: Structure | None = None,
     efficiency: Efficiency | None = None,
+    speed: float = 1.0,
 ) -> ReplicaPerf:
     """Build the performance model of one replica; never raises for infeasible configs.
 
     ``fits`` is False (with ``reason``) when TP does not divide the heads, the GPU lacks the dtype, the
     replica spans more GPUs than a node holds, or the weights leave too little room for KV cache.
     ``engine`` (default: SGLang's rules via ``mem_fraction``) sets the memory rule and, if given, the
-    engine's fitted step overhead instead of the GPU's ``step_overhead_ms``.
+    engine's fitted step overhead instead of the GPU's ``step_overhead_ms``. ``speed``: the engine's kernel
+    speed against the reference (:func:`make_rates`; 1 for BOute's own engine).
     """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got '{dtype}'")
@@ -343,6 +354,7 @@ def replica_perf(
         gemm_half_tokens=eff.gemm_half_tokens,
         ring_hop_latency_s=st.ring_hop_latency_s(gpu.link),
         **allreduce_limits(engine, gpu, tp),
+        speed=speed,
     )
     return ReplicaPerf(
         model=model,
