@@ -24,7 +24,7 @@ HARDWARE_MD = {
 }
 NO_FP8 = {"a100-80gb", "a100-80gb-pcie", "a100-40gb", "rtx-a6000", "a40", "rtx-3090", "t4"}  # Ampere, Turing
 RUNPOD_MAR_2026 = {"h200-sxm": 3.59, "h100-sxm": 2.69, "h100-pcie": 1.99, "a100-80gb": 1.39, "l40s": 0.79,
-                   "l40": 0.69, "l4": 0.44, "rtx-4090": 0.34, "rtx-3090": 0.22}  # fmt: skip
+                   "l40": 0.69, "l4": 0.44, "rtx-4090": 0.34, "rtx-3090": 0.22, "b200": 5.98}  # fmt: skip
 
 
 def test_all_reference_gpus_with_figures_and_sources() -> None:
@@ -57,6 +57,11 @@ def test_blackwell_figures() -> None:
     assert (pro.memory_gb, pro.bandwidth_gbs, pro.link) == (96, 1792, "pcie5")
     assert (g5090.memory_gb, g5090.bandwidth_gbs) == (32, 1792)
     assert "nvidia" in pro.sources["tflops_bf16"].lower()
+    # the B200 of NVIDIA's DGX B200 (the TensorRT-LLM tables' "B200 180GB"): HGX figures at 1,000 W
+    b200 = cat.gpu("b200")
+    assert (b200.memory_gb, b200.bandwidth_gbs, b200.link, b200.link_gbs) == (180, 8000, "nvlink5", 900)
+    assert (b200.tflops_bf16, b200.tflops_fp8, b200.tflops_fp4) == (2250, 4500, 9000)
+    assert {b200.arch, pro.arch, g5090.arch} == {"blackwell"}
 
 
 # models.md: BF16 KV bytes per token

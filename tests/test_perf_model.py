@@ -63,6 +63,23 @@ def test_engine_terms_have_physical_signs() -> None:
     assert fit.engine_overhead_ms["sglang"] == fit.engine_overhead_ms["trtllm"]  # no SGLang rows: tied
 
 
+def test_bandwidth_efficiency_follows_memory_and_generation() -> None:
+    """The H200 and the B200 both carry HBM3e, yet the published rows put the B200 at a far smaller share of
+    its peak: the architecture offset keeps the B200's rows from dragging the H200 down (held out by GPU,
+    the H200 went from 6.5% to 17.2% median error when the two shared one memory efficiency)."""
+    fam = packaged_fit().families
+    h200, b200, pro = CAT.gpu("h200-sxm"), CAT.gpu("b200"), CAT.gpu("rtx-pro-6000")
+    assert h200.memory_type == b200.memory_type == "hbm3e" and b200.arch == pro.arch == "blackwell"
+    assert fam.efficiency_for(h200).bandwidth > fam.efficiency_for(b200).bandwidth + 0.1
+    # one offset per architecture, shared across memory technologies
+    shift = dict(fam.bandwidth_arch_logit)
+    shift["blackwell"] += 1.0
+    moved = replace(fam, bandwidth_arch_logit=shift)
+    assert moved.bandwidth("hbm3e", "blackwell") > fam.bandwidth("hbm3e", "blackwell")
+    assert moved.bandwidth("gddr7", "blackwell") > fam.bandwidth("gddr7", "blackwell")
+    assert moved.bandwidth("hbm3e", "hopper") == fam.bandwidth("hbm3e", "hopper")
+
+
 def test_moe_memory_counts_total_compute_counts_active() -> None:
     mix = CAT.model("mixtral-8x7b")
     dense_like = mix.model_copy(update={"num_experts": 1, "experts_per_token": 1, "active_params_b": None,
@@ -240,7 +257,8 @@ def test_pipeline_stages_speed_up_prefill_not_weight_streaming() -> None:
     assert decode4 >= decode1 * 0.95 * serial
     big = 8192 * 4
     pf1, pf4 = (float(p.step_time(big, 0.0, big * 2048, pipelined=True)) for p in (pp1, pp4))
-    assert pf4 < pf1 / 4 * serial * 1.1
+    # nearly pp: the serial share and the stage hand-offs (a 32k-token activation over PCIe each) take the rest
+    assert pf1 / pf4 > 3.0 and pf4 > pf1 / 4
 
 
 def test_each_micro_batch_pays_the_step_overhead() -> None:

@@ -40,18 +40,18 @@ def test_replayed_held_out_errors_match_the_report(split: str) -> None:
 
 def test_leave_one_source_out_bounds() -> None:
     """Regression bounds at today's figures (the issue's goal: median <= 10%, p90 <= 25%, per metric and GPU
-    family; met overall, per metric, for Ada, Ampere and Hopper, and for Blackwell's median; not for
-    Blackwell's p90: PP 4-8 rows come from one source)."""
+    family: met for each). Blackwell's p90 was 50.5% while its only PP 4-8 rows came from v1.0; release/1.2's
+    PP rows and the B200 tables (dataset version 4) brought it under."""
     held = replay("source", REPORT["fold_params"]["source"])
     s = summarize(held)
-    assert s["all"]["median_abs_pct"] <= 7.5 and s["all"]["p90_abs_pct"] <= 23.0  # 7.8% / 23.5% before speeds
+    assert s["all"]["median_abs_pct"] <= 7.5 and s["all"]["p90_abs_pct"] <= 22.5  # 7.8% / 23.5% before speeds
     assert s["metric"]["output_tokens_per_s"]["median_abs_pct"] <= 7.5
-    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 25.0  # 27.7% before the release speeds
+    assert s["metric"]["output_tokens_per_s"]["p90_abs_pct"] <= 24.0  # 27.7% before the release speeds
     for metric in ("ttft_ms", "tpot_ms"):  # 110 and 52 rows before dataset v3, now ~2,000 each
         assert s["metric"][metric]["median_abs_pct"] <= 8.0 and s["metric"][metric]["p90_abs_pct"] <= 23.0, metric
     for fam, bound in (("hopper", 7.5), ("ampere", 7.0), ("ada", 9.0), ("blackwell", 10.0)):
         assert s["gpu_family"][fam]["median_abs_pct"] <= bound, fam
-    for fam, bound in (("hopper", 23.0), ("ampere", 21.0), ("ada", 25.0)):
+    for fam, bound in (("hopper", 22.5), ("ampere", 20.5), ("ada", 25.0), ("blackwell", 23.0)):
         assert s["gpu_family"][fam]["p90_abs_pct"] <= bound, fam
     # the rows of dataset version 1, held out the same way: 9.5% / 30.6% before this structure
     first = np.array([r.id <= VERSION_1_LAST_ID for r in held.rows])
@@ -61,9 +61,14 @@ def test_leave_one_source_out_bounds() -> None:
 
 def test_leave_one_gpu_out_bounds() -> None:
     s = summarize(replay("gpu", REPORT["fold_params"]["gpu"]))
-    assert s["all"]["median_abs_pct"] <= 10.0 and s["all"]["p90_abs_pct"] <= 24.5
+    assert s["all"]["median_abs_pct"] <= 9.5 and s["all"]["p90_abs_pct"] <= 25.0
     for gpu in ("h100-sxm", "h200-sxm", "gh200", "l40s", "l40"):
         assert s["gpu"][gpu]["median_abs_pct"] <= 15.0, gpu
+    # the H200 keeps its own bandwidth efficiency next to the B200 (same HBM3e): 17.2% when they shared one
+    assert s["gpu"]["h200-sxm"]["median_abs_pct"] <= 8.0
+    # a new generation held out: without its rows the B200 comes out ~30% fast (its FP4 70B tables run far
+    # below the roofline the other GPUs fit); bound kept so that it does not grow unnoticed
+    assert s["gpu"]["b200"]["median_abs_pct"] <= 35.0
     # the RTX 4090's 7 rows are vLLM's only rows: held out, vLLM runs at the reference speed (the newest
     # TensorRT-LLM release), ~15% faster than the speed those rows give vLLM in sample
     assert s["gpu"]["rtx-4090"]["median_abs_pct"] <= 21.0
@@ -90,18 +95,22 @@ def test_cli_prints_the_stored_report() -> None:
 
 @pytest.mark.slow
 def test_one_fold_refits_to_the_stored_parameters() -> None:
-    """Re-fit the smallest leave-one-source-out fold (~20 s): the stored fold was fitted by this code."""
+    """Re-fit the smallest leave-one-source-out fold from its stored parameters: they are an optimum of this
+    code's objective, so the fit stays there (a change to the physics, the priors or the rows moves it).
+    From the neutral start the same fit takes ~80 s; from the stored point a few iterations."""
     from boute.perf.dataset import in_scope_rows
 
     rows = in_scope_rows()
     table = build_table(rows)
     keep = np.array([r.source_id != "mushfiqrahman-4090" for r in rows])
-    x = fit_table(table.subset(keep))
+    stored = np.asarray(REPORT["fold_params"]["source"]["mushfiqrahman-4090"])
+    x = fit_table(table.subset(keep), start=stored)
     held = table.subset(~keep)
     from boute.perf.fit import predict
 
-    stored = np.asarray(REPORT["fold_params"]["source"]["mushfiqrahman-4090"])
     assert np.allclose(predict(held, x), predict(held, stored), rtol=0.02)
+    # ... and the fold's own rows as well: the whole fitted model, not only the held-out prediction
+    assert np.allclose(predict(table.subset(keep), x), predict(table.subset(keep), stored), rtol=0.02)
 
 
 def test_the_other_sources_lookup_predicts_each_row_from_the_same_configuration_elsewhere() -> None:

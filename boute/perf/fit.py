@@ -6,7 +6,8 @@ Every parameter has a physical meaning and is shared by many rows; nothing is pe
   pulled to 0 by ridge priors, the pair offset more strongly, so an architecture without rows falls back to
   the dtype's base, and a dtype without rows on an architecture to the architecture's other dtypes: FP8
   kernels on Ada are less mature than BF16 ones, which one shared offset could not express);
-- bandwidth efficiency: ``logit = base + offset[memory technology]`` (same prior);
+- bandwidth efficiency: ``logit = base + offset[memory technology] + offset[architecture]`` (same
+  prior): memory technology alone made the H200 and the B200 (both HBM3e) share one efficiency;
 - link efficiency and the latency of an NCCL transfer (ring hop, PP hand-off) per link family (NVLink,
   PCIe), and the fixed latency of a custom-kernel all-reduce (NVLink only: engines run NCCL without it);
 - GPU-independent structure: tokens for half GEMM efficiency, roofline sharpness, attention, KV-read
@@ -66,6 +67,7 @@ START: dict[str, tuple[float, float]] = {
     **{f"ad_{a}_{d}": (0.0, 0.5) for a in ARCHS for d in DTYPES},
     "bw": (logit(0.8), 0.02),
     **{f"mem_{m}": (0.0, 0.3) for m in MEMORIES},
+    **{f"bwarch_{a}": (0.0, 0.3) for a in ARCHS},
     "link_nvlink": (logit(0.5), 0.05),
     "link_pcie": (logit(0.5), 0.05),
     "lat_nvlink": (math.log(8.0), 0.05),
@@ -141,6 +143,7 @@ def families_of(x: np.ndarray) -> Families:
         memory_logit={m: v[f"mem_{m}"] for m in MEMORIES},
         link={"nvlink": sigmoid(v["link_nvlink"]), "pcie": sigmoid(v["link_pcie"])},
         step_overhead_ms=st.engine_overhead_ms["sglang"],
+        bandwidth_arch_logit={a: v[f"bwarch_{a}"] for a in ARCHS},
     )
 
 
@@ -162,6 +165,7 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
     arch = np.array([v[f"arch_{a}"] for a in ARCHS] + [0.0])
     pair = np.array([[v[f"ad_{a}_{d}"] for d in DTYPES] for a in ARCHS] + [[0.0] * len(DTYPES)])
     mem = np.array([v[f"mem_{m}"] for m in MEMORIES] + [0.0])
+    bwarch = np.array([v[f"bwarch_{a}"] for a in ARCHS] + [0.0])
     link = _sig(np.array([v["link_nvlink"], v["link_pcie"]]))
     # per link family (index as RowTable.link_idx), as the structure defines them
     lat = np.array([st.allreduce_latency_us[f] for f in LINK_FAMILIES]) * 1e-6
@@ -177,7 +181,7 @@ def predict(table: RowTable, x: np.ndarray) -> np.ndarray:
         tp=t.shape.tp,
         compute=_sig(base[t.dtype_idx] + arch[t.arch_idx] + pair[t.arch_idx, t.dtype_idx]),
         compute_bf16=_sig(base[t.bf16_idx] + arch[t.arch_idx] + pair[t.arch_idx, t.bf16_idx]),
-        bandwidth=_sig(v["bw"] + mem[t.mem_idx]),
+        bandwidth=_sig(v["bw"] + mem[t.mem_idx] + bwarch[t.arch_idx]),
         link=link[t.link_idx],
         overhead_ms=oh[t.oh_idx],
         allreduce_latency_s=lat[t.link_idx],

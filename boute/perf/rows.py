@@ -46,8 +46,11 @@ TRTLLM_RELEASES = (
     "0.14.0",
     "0.15.0",
     "0.17.0",
+    "0.20.0",
+    "0.21.0",
     "1.0",
     "1.x",
+    "1.2",
 )
 #: engines outside that chain, one fitted speed each (NIM containers do not state their TensorRT-LLM release)
 ENGINE_SPEEDS = ("nim", "vllm")

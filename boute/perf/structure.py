@@ -118,6 +118,10 @@ class Families:
     link: Mapping[str, float]
     #: the overhead packaged GPUs carry: BOute's engine (SGLang)
     step_overhead_ms: float
+    #: logit offset of the bandwidth efficiency per architecture: memory controllers and the engines'
+    #: kernels differ by generation (in the published tables the B200 reaches a far smaller share of its
+    #: HBM3e peak than the H200 of the same memory), so memory technology alone is not enough; absent = 0
+    bandwidth_arch_logit: Mapping[str, float] = field(default_factory=lambda: _frozen({}))
 
     def compute(self, dtype: str, arch: str | None) -> float:
         a = arch or ""
@@ -125,8 +129,12 @@ class Families:
             self.compute_logit[dtype] + self.arch_logit.get(a, 0.0) + self.pair_logit.get(f"{a}/{dtype}", 0.0)
         )
 
-    def bandwidth(self, memory_type: str | None) -> float:
-        return sigmoid(self.bandwidth_logit + self.memory_logit.get(memory_type or "", 0.0))
+    def bandwidth(self, memory_type: str | None, arch: str | None = None) -> float:
+        return sigmoid(
+            self.bandwidth_logit
+            + self.memory_logit.get(memory_type or "", 0.0)
+            + self.bandwidth_arch_logit.get(arch or "", 0.0)
+        )
 
     def efficiency_for(self, gpu: GPUSpec) -> Efficiency:
         """The packaged efficiency of ``gpu``: its families' fitted values (rounded to 3 digits)."""
@@ -135,7 +143,7 @@ class Families:
             compute=round(self.compute("bf16", gpu.arch), 3),
             compute_fp8=round(self.compute("fp8", gpu.arch), 3) if gpu.tflops_fp8 else None,
             compute_fp4=round(self.compute("fp4", gpu.arch), 3) if gpu.tflops_fp4 else None,
-            bandwidth=round(self.bandwidth(gpu.memory_type), 3),
+            bandwidth=round(self.bandwidth(gpu.memory_type, gpu.arch), 3),
             link=round(self.link.get(fam, self.link["pcie"]), 3),
             step_overhead_ms=round(self.step_overhead_ms, 3),
         )
@@ -168,6 +176,7 @@ class FittedModel:
                 "pair_logit": dict(f.pair_logit),
                 "bandwidth_logit": f.bandwidth_logit,
                 "memory_logit": dict(f.memory_logit),
+                "bandwidth_arch_logit": dict(f.bandwidth_arch_logit),
                 "link": dict(f.link),
                 "step_overhead_ms": f.step_overhead_ms,
             },
@@ -197,6 +206,7 @@ class FittedModel:
             memory_logit=_frozen(f["memory_logit"]),
             link=_frozen(f["link"]),
             step_overhead_ms=float(f["step_overhead_ms"]),
+            bandwidth_arch_logit=_frozen(f.get("bandwidth_arch_logit", {})),
         )
         return cls(structure, families, MappingProxyType(dict(data.get("meta", {}))))
 
