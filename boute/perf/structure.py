@@ -8,7 +8,7 @@ Two kinds of numbers come out of the fit on published measurements (``boute.perf
   of an NCCL ring hop per link family,
   and each engine's fixed per-step overhead.
 - **families** (:class:`Families`): compute efficiency by weight dtype and architecture, bandwidth
-  efficiency by memory technology, link efficiency by link family. A GPU's packaged ``efficiency`` in
+  efficiency by memory technology and architecture, link efficiency by link family. A GPU's packaged ``efficiency`` in
   ``gpus.yaml`` is its family's value (:meth:`Families.efficiency_for`), so a GPU with no published rows
   still gets a value from GPUs that share its architecture or memory; a calibration file overrides it.
 
@@ -103,7 +103,8 @@ class Structure:
 
 @dataclass(frozen=True)
 class Families:
-    """Efficiency factors by hardware family, additive in logit space (dtype base + architecture offset)."""
+    """Efficiency factors by hardware family, additive in logit space (compute: dtype base + architecture
+    offsets; bandwidth: base + memory-technology and architecture offsets)."""
 
     #: logit of the GEMM compute efficiency per weight dtype (bf16, fp8, fp4), before the architecture offset
     compute_logit: Mapping[str, float]
