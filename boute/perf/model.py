@@ -145,6 +145,7 @@ def make_rates(
     """
     a = np.asarray
     scale = a(tp, dtype=float) * a(speed, dtype=float)  # TP GPUs, each at the engine's speed
+    memory_bytes_s = a(bandwidth_gbs, dtype=float) * 1e9 * a(bandwidth, dtype=float) * scale
     return Rates(
         gemm_flops=a(gemm_peak_tflops, dtype=float) * 1e12 * a(compute, dtype=float) * scale,
         attn_flops=a(bf16_peak_tflops, dtype=float)
@@ -152,12 +153,8 @@ def make_rates(
         * a(compute_bf16, dtype=float)
         * structure.attn_efficiency
         * scale,
-        weight_bytes_s=a(bandwidth_gbs, dtype=float) * 1e9 * a(bandwidth, dtype=float) * scale,
-        kv_bytes_s=a(bandwidth_gbs, dtype=float)
-        * 1e9
-        * a(bandwidth, dtype=float)
-        * structure.kv_read_efficiency
-        * scale,
+        weight_bytes_s=memory_bytes_s,
+        kv_bytes_s=memory_bytes_s * structure.kv_read_efficiency,
         link_bytes_s=a(link_gbs, dtype=float) * 1e9 * a(link, dtype=float),
         allreduce_latency_s=a(allreduce_latency_s, dtype=float),
         ring_hop_latency_s=a(ring_hop_latency_s, dtype=float),

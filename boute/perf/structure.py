@@ -130,7 +130,7 @@ class Families:
             self.compute_logit[dtype] + self.arch_logit.get(a, 0.0) + self.pair_logit.get(f"{a}/{dtype}", 0.0)
         )
 
-    def bandwidth(self, memory_type: str | None, arch: str | None = None) -> float:
+    def bandwidth(self, memory_type: str | None, arch: str | None) -> float:
         return sigmoid(
             self.bandwidth_logit
             + self.memory_logit.get(memory_type or "", 0.0)
