@@ -89,7 +89,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys:
         x = np.array(json.loads(params)["x"])
         assert np.allclose(x, np.random.default_rng([3, idx]).random(len(x)))
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert plan["predicted"]["evaluator"] == "fast" and plan["deployment"]
+    assert plan["predicted"]["evaluator"] == "sim" and plan["deployment"]
 
 
 def test_infeasible_quality_floor_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,6 +149,8 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
             "optimize",
             "--strategy",
             "nsga2",
+            "--evaluator",
+            "fast",  # a fast search and its confirmation by the simulator, as trials
             "--max-evals",
             "36",
             "--patience",

@@ -48,7 +48,19 @@ def register(app: typer.Typer) -> None:
             help="move proposals onto the quality floor and skip plans over the capacity bound before evaluating",
         ),
         strategy: str = typer.Option("mobo", "--strategy", help=STRATEGIES.choices()),
-        evaluator: str = typer.Option("fast", "--evaluator", help=EVALUATORS.choices()),
+        evaluator: str = typer.Option(
+            "sim",
+            "--evaluator",
+            help="what the search optimises (the simulator by default, with the fast path as the GP's prior): "
+            + EVALUATORS.choices(),
+        ),
+        batch: int = typer.Option(4, "--batch", min=1, help="proposals per search step, evaluated together"),
+        workers: int | None = typer.Option(
+            None, "--workers", min=1, help="processes evaluating a batch (default: the cores this process may use)"
+        ),
+        time_budget: float | None = typer.Option(
+            None, "--time-budget", min=1.0, help="stop searching after this many seconds (the plan is still confirmed)"
+        ),
         mode: str = typer.Option("preroute", "--mode", help="routing mode: preroute | cascade"),
         seed: int = typer.Option(0, "--seed", help="random seed"),
         db: str | None = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)"),
@@ -88,6 +100,7 @@ def register(app: typer.Typer) -> None:
         from boute.errors import BouteError, InfeasibleError
         from boute.optimize import session
         from boute.optimize.evaluators import make_evaluator, router_of
+        from boute.optimize.parallel import default_workers
         from boute.quality import quality_model_for
         from boute.quality.router import router_files
         from boute.serving.bundle import write_plan
@@ -127,6 +140,12 @@ def register(app: typer.Typer) -> None:
             ev = make_evaluator(evaluator, sc, mode, seed, redis_url=redis)
             # the plan routes with the scenario's learned router (a live search measures quality instead)
             quality_model = ev.quality_model or quality_model_for(sc)
+            # the fast path as the prior a simulator (or live) search corrects: cheap, and right in shape
+            fast = (
+                make_evaluator("fast", sc, mode, seed, quality_model=ev.quality_model)
+                if searching.fidelity > 0 and ev.quality_model is not None
+                else None
+            )
             with progress:
                 res = session.optimize(
                     sc,
@@ -142,6 +161,10 @@ def register(app: typer.Typer) -> None:
                     objective=objective,
                     prefer=prefer,
                     screen=screen,
+                    prior=fast,
+                    batch=batch,
+                    workers=default_workers() if workers is None else workers,
+                    time_budget_s=time_budget,
                 )
             searcher = ev
             ev.close()  # replicas of a live search are not needed to confirm or write the plan

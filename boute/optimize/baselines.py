@@ -18,12 +18,13 @@ from boute.optimize.evaluators import OVERLOAD_P95_S
 from boute.optimize.objectives import Objective
 from boute.optimize.result import Trial
 from boute.optimize.space import Candidate, Space
+from boute.optimize.strategy import Strategy
 
 if TYPE_CHECKING:
     from pymoo.core.population import Population
 
 
-class RandomStrategy:
+class RandomStrategy(Strategy):
     """Uniform points of the box; point ``i`` depends only on (seed, i), so resuming is exact."""
 
     name = "random"
@@ -34,10 +35,17 @@ class RandomStrategy:
         self.seed = seed
 
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
-        return np.random.default_rng([self.seed, len(trials)]).random(self.space.dim)
+        return self._point(len(trials))
+
+    def ask_batch(self, trials: Sequence[Trial], q: int) -> list[np.ndarray]:
+        """Points ``len(trials) .. len(trials) + q - 1``: the same ones ``q`` sequential asks would make."""
+        return [self._point(len(trials) + j) for j in range(max(1, q))]
+
+    def _point(self, i: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, i]).random(self.space.dim)
 
 
-class NSGA2Strategy:
+class NSGA2Strategy(Strategy):
     """NSGA-II with constraint handling (pymoo ask/tell); replays told generations from the trials.
 
     Objectives by ``objective``: ``latency`` (-quality, log P95), ``cost`` ($/h, log P95), ``pareto``
@@ -86,13 +94,19 @@ class NSGA2Strategy:
         self._algo.tell(infills=pop)
 
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
+        return self.ask_batch(trials, 1)[0]
+
+    def ask_batch(self, trials: Sequence[Trial], q: int) -> list[np.ndarray]:
+        """The rest of the current generation, at most ``q`` of it (a generation is told once complete)."""
         n = len(trials)
         while self._batch is None or n >= self._start + len(self._batch):
             if self._batch is not None:
                 self._tell(trials)
                 self._start += len(self._batch)
             self._batch = self._algo.ask()
-        return np.asarray(self._batch.get("X")[n - self._start], dtype=float)
+        X = self._batch.get("X")
+        end = min(len(X), n - self._start + max(1, q))
+        return [np.asarray(X[i], dtype=float) for i in range(n - self._start, end)]
 
 
 # ---- fixed strategies (the paper's comparison points) -----------------------------------------------

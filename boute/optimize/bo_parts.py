@@ -40,6 +40,12 @@ class SobolDesign:
             return self.point(len(trials))
         return None
 
+    def points(self, trials: Sequence[Trial], q: int) -> list[np.ndarray]:
+        """The design's next ``q`` points at most (never past ``n`` evaluated trials): a batch of the design,
+        the same points ``q`` sequential asks would make while nothing is screened."""
+        left = max(1, self.n - sum(t.evaluated for t in trials))
+        return [self.point(len(trials) + j) for j in range(min(max(1, q), left))]
+
     def point(self, i: int) -> np.ndarray:
         """Point ``i`` (the sequence is regrown to the next power of two when ``i`` is past its end; a
         scrambled Sobol sequence of a given seed keeps its prefix, so earlier points do not change)."""

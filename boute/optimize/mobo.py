@@ -54,6 +54,7 @@ from boute.optimize.objectives import Objective
 from boute.optimize.result import Trial, figures, nondominated
 from boute.optimize.screen import Screen
 from boute.optimize.space import Space
+from boute.optimize.strategy import Strategy
 
 if TYPE_CHECKING:
     from botorch.models import SingleTaskGP
@@ -84,7 +85,7 @@ def exact_quality_fn(evaluator: Evaluator) -> QualityFn | None:
     return lambda fr: float(policy_of(model, mode, tuple(fr)).quality)
 
 
-class MoboStrategy:
+class MoboStrategy(Strategy):
     """``ask(trials)``: Sobol for the first ``n_init`` trials, then the best pool plan by the acquisition."""
 
     name = "mobo"
@@ -176,7 +177,40 @@ class MoboStrategy:
             x = self._gp_design.ask(trials)
             self.timings = self._gp_design.timings
             return x
-        return self._bo_step(trials, [t for t in trials if t.ok])
+        pool, scores = self._bo_step(trials, [t for t in trials if t.ok])
+        if pool is None:
+            return scores  # nothing new near the incumbents: a fresh uniform point
+        return pool.z[int(np.argmax(scores))]
+
+    def ask_batch(self, trials: Sequence[Trial], q: int) -> list[np.ndarray]:
+        """``q`` proposals from one model fit: the best pool plans by the acquisition, one per deployment.
+
+        Why one per deployment: the acquisition is smooth in the routing fractions, so its top points are
+        mostly the best deployment with its routing nudged; a batch of those would spend ``q`` evaluations
+        on what one tells. Taking the best-scoring plan of each of the ``q`` best deployments spreads the
+        batch over the plans the acquisition ranks highest (a simple local penalisation). The design phase
+        returns its next Sobol points. A batch is a pure function of ``trials``: resuming stays exact.
+        """
+        if self._design.ask(trials) is not None:  # the design's next points (each counts as it is evaluated)
+            return self._design.points(trials, q)
+        if q <= 1 or self.quality_fn is None:
+            return [self.ask(trials)]
+        pool, scores = self._bo_step(trials, [t for t in trials if t.ok])
+        if pool is None:
+            return [scores]
+        picked: list[np.ndarray] = []
+        seen: set[tuple[str, ...]] = set()
+        for i in np.argsort(-scores, kind="stable"):
+            if not np.isfinite(scores[i]) and picked:
+                break
+            dep = tuple(g.model_dump_json() for g in pool.candidates[int(i)].deployment)
+            if dep in seen:
+                continue
+            seen.add(dep)
+            picked.append(pool.z[int(i)])
+            if len(picked) == q:
+                break
+        return picked
 
     # ---- surrogate ------------------------------------------------------------------------------
     def _covar(self) -> Kernel:
@@ -225,7 +259,9 @@ class MoboStrategy:
             return "ei"  # first find a plan meeting both targets
         return "ehvi" if step % 3 == 2 else "ei"
 
-    def _bo_step(self, trials: Sequence[Trial], ok: Sequence[Trial]) -> np.ndarray:
+    def _bo_step(self, trials: Sequence[Trial], ok: Sequence[Trial]) -> tuple[Pool | None, np.ndarray]:
+        """Fit the model and score a fresh pool: ``(pool, log-scores)``, or ``(None, uniform point)`` when
+        every plan near the incumbents was evaluated."""
         import torch
 
         torch.set_num_threads(self.threads)
@@ -261,7 +297,7 @@ class MoboStrategy:
             screen=self.screen,
         )
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
-            return rng.random(self.space.dim)
+            return None, rng.random(self.space.dim)
         pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
         lat = self._lat_models(gp, pool, ok)
         t2 = time.perf_counter()
@@ -276,11 +312,10 @@ class MoboStrategy:
         else:
             kind = "ehvi"
             scores = self._log_nehvi(lat, X, pool, floor, cap)
-        i = int(np.argmax(scores))
         self.timings.append(
             {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
         )
-        return pool.z[i]
+        return pool, np.asarray(scores, dtype=float)
 
     def _centres_front(
         self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, c: np.ndarray, feas: np.ndarray

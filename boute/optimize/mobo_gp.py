@@ -32,6 +32,7 @@ from boute.optimize.bo_parts import SobolDesign, pointwise, warm_state
 from boute.optimize.objectives import Objective
 from boute.optimize.result import Trial, figures
 from boute.optimize.space import Space
+from boute.optimize.strategy import Strategy
 
 if TYPE_CHECKING:
     from botorch.models import ModelListGP
@@ -48,7 +49,7 @@ def logit(q: np.ndarray) -> np.ndarray:
     return np.log(q / (1 - q))
 
 
-class GPMoboStrategy:
+class GPMoboStrategy(Strategy):
     """``ask(trials)``: Sobol for the first ``n_init`` trials, then the qLogNEHVI maximiser."""
 
     name = "mobo-gp"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from boute.errors import InfeasibleError
 from boute.optimize.evaluators import EvalResult, Evaluator, candidate_plan, make_evaluator
 from boute.optimize.loop import run_search, targets_of
 from boute.optimize.objectives import Objective, make_objective
+from boute.optimize.parallel import EvaluatorPool
 from boute.optimize.registry import make_strategy
 from boute.optimize.result import SCREENED, Trial, choose, figures, hypervolume, hypervolume3, pareto_front
 from boute.optimize.screen import Screen
@@ -200,16 +202,31 @@ def optimize(
     objective: str | Objective = "latency",
     prefer: str | None = None,
     screen: bool = True,
+    prior: Evaluator | None = None,
+    batch: int = 1,
+    workers: int = 1,
+    time_budget_s: float | None = None,
 ) -> Outcome:
     """Search, record, choose. ``objective``/``prefer``: :mod:`boute.optimize.objectives`; ``screen``: project
-    proposals onto the quality floor and drop plans over the capacity bound (:mod:`boute.optimize.screen`)."""
+    proposals onto the quality floor and drop plans over the capacity bound (:mod:`boute.optimize.screen`).
+
+    ``prior``: a cheaper evaluator (the fast path) whose P95 MOBO's GP corrects: the search evaluator (the
+    simulator) is the objective and the GP models only its discrepancy from the prior, plan by plan.
+    ``batch``/``workers``: proposals per step and the processes evaluating them (:mod:`boute.optimize.parallel`);
+    ``time_budget_s``: stop asking new proposals after this many seconds of search.
+    """
+    deadline = None if time_budget_s is None else time.monotonic() + float(time_budget_s)
     obj = objective if isinstance(objective, Objective) else make_objective(objective, prefer)
     space = Space.build(scenario, gpus=gpus)
     ev = make_evaluator(evaluator, scenario, mode, seed) if isinstance(evaluator, str) else evaluator
     check_targets_reachable(scenario, ev)
     if strategy == "mobo" and ev.quality_model is None:
         strategy = "mobo-gp"  # no exact quality to model: learn it too (recorded under its own name)
-    strat = make_strategy(strategy, space, seed, **{"objective": obj, **(strategy_options or {})})
+    options: dict[str, Any] = {"objective": obj, **(strategy_options or {})}
+    if prior is not None and strategy == "mobo" and prior.fidelity < ev.fidelity:
+        fast = prior
+        options["prior"] = lambda cand: fast(cand).p95_latency_s
+    strat = make_strategy(strategy, space, seed, **options)
     scr = Screen.build(space, ev.quality_model, getattr(ev, "mode", mode)) if screen else None
     trials: list[Trial] = []
     exp_id = None
@@ -234,18 +251,22 @@ def optimize(
             on_trial(t, trials)
 
     min_trials = getattr(strat, "n_init", 0) + 1
-    done = run_search(
-        space,
-        ev,
-        strat,
-        max_evals=max_evals,
-        trials=trials,
-        patience=patience,
-        min_trials=min_trials,
-        on_trial=record,
-        objective=obj,
-        screen=scr,
-    )
+    with EvaluatorPool(ev, scenario, seed, workers=workers) as pool:
+        done = run_search(
+            space,
+            ev,
+            strat,
+            max_evals=max_evals,
+            trials=trials,
+            patience=patience,
+            min_trials=min_trials,
+            on_trial=record,
+            objective=obj,
+            screen=scr,
+            batch=batch,
+            pool=pool,
+            deadline=deadline,
+        )
     tg = targets_of(space)
     chosen, closest = choose(done, tg, obj)
     front = pareto_front(done, obj, tg)

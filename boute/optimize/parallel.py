@@ -1,0 +1,102 @@
+"""Evaluations in parallel: a pool of worker processes, each holding its own copy of an evaluator.
+
+Why processes: the simulator and the fast path are pure Python + numpy and hold the GIL, so threads would
+not overlap them. Each worker builds its evaluator once (the registered factory with the same scenario,
+mode and seed), so a batch costs only the candidates' pickling; results come back in the order asked,
+which keeps a search's trials (and so its resumes) independent of which worker finished first. Evaluators
+that own external state (``live``: a fleet and a gateway) are not pooled: the harness evaluates them in
+turn. ``workers <= 1`` runs everything in this process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from boute.errors import BouteError
+from boute.optimize.evaluators import EvalResult, Evaluator, make_evaluator
+from boute.optimize.space import Candidate
+from boute.specs import Scenario
+
+#: evaluators a worker process can rebuild from (name, scenario, mode, seed) alone
+POOLABLE = frozenset({"fast", "sim"})
+
+_worker_evaluator: Evaluator | None = None
+
+
+def _init(name: str, scenario_doc: dict[str, Any], mode: str, seed: int) -> None:
+    global _worker_evaluator
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker: the pool is the parallelism
+    _worker_evaluator = make_evaluator(name, Scenario.model_validate(scenario_doc), mode, seed)
+
+
+def _evaluate(cand: Candidate) -> EvalResult | BouteError:
+    assert _worker_evaluator is not None
+    try:
+        return _worker_evaluator(cand)
+    except BouteError as exc:  # a plan the evaluator cannot run: a failed trial, not a dead pool
+        return exc
+
+
+def default_workers() -> int:
+    """Cores this process may use (its CPU affinity), at least one."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - platforms without affinity
+        return max(1, os.cpu_count() or 1)
+
+
+class EvaluatorPool:
+    """``map(candidates)``: results (or the ``BouteError`` each raised) in order, from ``workers`` processes.
+
+    ``evaluator`` is the search's own (its name, scenario, mode and seed are what the workers rebuild);
+    it also evaluates whatever this pool cannot: a single candidate, or everything when ``workers <= 1``.
+    """
+
+    def __init__(self, evaluator: Evaluator, scenario: Scenario, seed: int, workers: int | None = None) -> None:
+        self.evaluator = evaluator
+        n = default_workers() if workers is None else workers
+        self.workers = n if evaluator.name in POOLABLE else 1
+        self._scenario, self._seed = scenario, seed
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn: a clean interpreter per worker (forking a process that holds torch threads can deadlock)
+            ctx = mp.get_context("spawn")
+            doc = self._scenario.model_dump(mode="json")
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=ctx,
+                initializer=_init,
+                initargs=(self.evaluator.name, doc, self.evaluator.mode, self._seed),
+            )
+        return self._pool
+
+    def map(self, cands: Sequence[Candidate]) -> list[EvalResult | BouteError]:
+        if self.workers <= 1 or len(cands) <= 1:
+            out: list[EvalResult | BouteError] = []
+            for c in cands:
+                try:
+                    out.append(self.evaluator(c))
+                except BouteError as exc:
+                    out.append(exc)
+            return out
+        return list(self._executor().map(_evaluate, cands))
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> EvaluatorPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
