@@ -32,7 +32,7 @@ from router.openai_io import (
     response_text,
 )
 from router.policy import RoutePolicy
-from router.proxy import NoReplica, Proxy, Result, Stream, make_client
+from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
 from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
 from router.state import SharedState
 
@@ -247,6 +247,10 @@ class Gateway:
             self.observer.done(exc.tier, False, 0.0, None)
             self.metrics.count("-", 503)
             return Reply.error(503, str(exc), "service_unavailable", headers=self._retry)
+        except Unanswered as exc:
+            self.observer.done(exc.tier, False, 0.0, None)
+            self.metrics.count(exc.tier, 504)
+            return Reply.error(504, str(exc), code="upstream_timeout")
         finally:
             if release:
                 self.inflight -= 1

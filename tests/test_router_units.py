@@ -181,3 +181,59 @@ async def test_static_router_prompts_are_scored_in_one_batch_per_loop_turn() -> 
     # one prompt the scorer rejects fails alone; the rest of its batch is scored one by one
     res = await asyncio.gather(*(policy.score_batched(p) for p in ["ab", "poison", "abcd"]), return_exceptions=True)
     assert res[0] == 0.02 and isinstance(res[1], ValueError) and res[2] == 0.04
+
+
+# ---- issue 28: failures that are not the replica's ----
+def test_failures_that_are_not_the_replicas_never_trip_it() -> None:
+    """A read timeout (the request's own length) is counted as failed but not toward the circuit: any number
+    of them leave the replica available, and a real failure after them still needs cb_failures in a row."""
+    bal = _balancer()
+    fast, _ = bal.pools["small"]
+    for _ in range(10):
+        bal.failure(fast, charge=False)
+    assert fast.available(time.monotonic()) and fast.failed == 10 and fast.failures == 0
+    bal.failure(fast)
+    bal.failure(fast)
+    assert fast.available(time.monotonic())
+    bal.failure(fast)
+    assert not fast.available(time.monotonic())
+
+
+class _Health:
+    """Stands in for the pool in health checks: per URL, what ``GET /health`` does next."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, object] = {}
+
+    async def get_status(self, url: str, path: str, timeout: float) -> int:
+        a = self.answers.get(url, 200)
+        if isinstance(a, BaseException):
+            raise a
+        assert isinstance(a, int)
+        return a
+
+
+async def test_a_late_health_answer_takes_a_replica_out_only_when_it_repeats() -> None:
+    """A replica busy with one heavy request can answer its health check late; out only after cb_failures
+    late checks in a row (an answer in between resets them), while a refused check takes it out at once."""
+    from router.upstream import ConnectError
+
+    bal = _balancer()
+    fast, slow = bal.pools["small"]
+    health = _Health()
+    health.answers = {fast.url: TimeoutError(), slow.url: ConnectError("refused", refused=True)}
+    await bal.check_all(health)
+    assert fast.healthy and not slow.healthy and bal.healthy("small") == 1
+    await bal.check_all(health)
+    assert fast.healthy
+    health.answers[fast.url] = 200  # it answered: the count starts over
+    await bal.check_all(health)
+    health.answers[fast.url] = TimeoutError()
+    for _ in range(2):
+        await bal.check_all(health)
+    assert fast.healthy
+    await bal.check_all(health)  # the third late answer in a row
+    assert not fast.healthy and bal.healthy("small") == 0
+    health.answers = {}
+    await bal.check_all(health)
+    assert fast.healthy and slow.healthy

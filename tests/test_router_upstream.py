@@ -3,7 +3,7 @@
 Each case is a failure or framing mode the aiohttp client it replaced handled: keep-alive reuse, chunked and
 EOF-delimited bodies, a stale pooled connection, refused connections, read timeouts, resets, cancellation.
 Then issue 28: answers of MBs, whole and streamed, from fast and trickling peers, under asyncio's loop and
-uvloop (the gateway's).
+uvloop (the gateway's), and which upstream failures the proxy charges and retries.
 """
 
 from __future__ import annotations
@@ -301,3 +301,42 @@ def test_large_error_body_of_a_stream_request_is_read_whole(run: Callable[..., N
 
     run(main())
 
+
+async def test_a_read_timeout_is_neither_retried_nor_charged_a_reset_is_both() -> None:
+    """Through the proxy, two replicas of a tier: one that takes the request and stays silent past the read
+    timeout (a long answer) costs one replica's time and no circuit failure, and the client gets 504; one
+    that resets the connection is charged and the other replica is tried (issue 28)."""
+    from boute.serving import BackendSpec
+    from boute.specs.plan import Plan
+    from router.balancer import Balancer
+    from router.config import Settings
+    from router.proxy import NoReplica, Proxy, Unanswered, make_client
+    from tests.stack import TEST_PLAN
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        await reader.read(1)  # until the gateway gives up and closes
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.transport.abort()
+
+    settings = Settings(upstream_timeout_s=0.3, retries=2, cb_failures=3)
+    for handler, error in ((silent, Unanswered), (reset, NoReplica)):
+        servers = [await _serve(handler) for _ in range(2)]
+        bal = Balancer(settings)
+        specs = [BackendSpec(url=u, tier="small", model="llama-3.1-8b", gpu="h100-sxm") for _, u, _ in servers]
+        bal.configure(Plan.model_validate(TEST_PLAN), specs)
+        proxy = Proxy(make_client(settings), bal, settings)
+        with pytest.raises(error):
+            await proxy.complete("small", "/v1/chat/completions", {"messages": []})
+        tried = [len(accepted) for _, _, accepted in servers]
+        reps = bal.pools["small"]
+        if error is Unanswered:  # one replica tried, counted as failed, its circuit untouched
+            assert sorted(tried) == [0, 1] and sum(r.failed for r in reps) == 1
+            assert all(r.failures == 0 for r in reps)
+        else:  # both tried (a stale-connection retry never applies to a fresh one), both charged
+            assert tried == [1, 1] and all(r.failures == 1 for r in reps)
+        await proxy.client.close()
+        for server, _, _ in servers:
+            server.close()
