@@ -3,9 +3,11 @@
 Why: replicas of one tier run on different GPU types (an H100 decodes several times faster than an RTX
 4090), so round-robin would overload the slow ones. Each replica gets a weight proportional to its
 modelled throughput (``boute.perf``, approximate), and a request goes to the available replica with the
-fewest outstanding requests *per unit of weight*. Health has two sources: active checks (``GET /health``)
-and passive outcomes of real requests; ``cb_failures`` consecutive failures (or one refused connection)
-open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
+fewest outstanding requests *per unit of weight*. Health has two sources: active checks (``GET /health``:
+out at once when refused or not 200, after ``cb_failures`` checks in a row without an answer in time)
+and passive outcomes of real requests; ``cb_failures`` consecutive failures that are the replica's (or
+one refused connection; a read timeout is the request's, see router/upstream_errors.py) open the
+replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
 count is kept, so the next failure re-opens it at once, and a success closes it.
 """
 
@@ -60,6 +62,7 @@ class Replica:
     open_until: float = 0.0
     served: int = 0
     failed: int = 0
+    slow_checks: int = 0  # health checks in a row that got no answer within health_timeout_s
     url: str = field(init=False)
     inv_weight: float = field(init=False)
     targets: dict[str, Any] = field(init=False, default_factory=dict)  # path -> parsed URL (proxy's cache)
@@ -185,8 +188,13 @@ class Balancer:
         r.served += 1
         r.failures = 0
 
-    def failure(self, r: Replica, *, refused: bool = False) -> None:
+    def failure(self, r: Replica, *, refused: bool = False, charge: bool = True) -> None:
+        """A request failed on ``r``. ``charge``: the failure is the replica's (connection-level, 5xx) and counts
+        toward its circuit; one that may be the request's own (a read timeout) is only counted in ``failed``,
+        so a heavy request retried across a tier cannot trip it (issue 28)."""
         r.failed += 1
+        if not charge:
+            return
         r.failures += 1
         if refused or r.failures >= self.settings.cb_failures:
             self.trip(r, self.settings.cooldown_s)
@@ -207,15 +215,28 @@ class Balancer:
     async def check_all(self, client: StatusClient) -> None:
         reps = list(self.by_id.values())
         results = await asyncio.gather(*(self._check(client, r) for r in reps))
-        for r, ok in zip(reps, results, strict=True):
+        for r, answer in zip(reps, results, strict=True):
+            if answer is None:  # no answer in time: down only after cb_failures such checks in a row
+                r.slow_checks += 1
+                ok = r.healthy and r.slow_checks < self.settings.cb_failures
+            else:
+                r.slow_checks = 0
+                ok = answer
             if ok != r.healthy:
                 log.info("replica %s is now %s", r.id, "healthy" if ok else "unhealthy")
             r.healthy = ok
 
-    async def _check(self, client: StatusClient, r: Replica) -> bool:
-        """``GET /health`` through the gateway's upstream pool (:class:`router.upstream.Pool`)."""
+    async def _check(self, client: StatusClient, r: Replica) -> bool | None:
+        """``GET /health`` through the gateway's upstream pool (:class:`router.upstream.Pool`): True when it
+        answers 200, False when it refuses, drops the connection or answers otherwise, None when no answer
+        came within ``health_timeout_s``. Why a third outcome: a replica busy with a heavy request can answer
+        late once (the emulated one while it builds a long answer; a real server's tokenizer on a huge
+        prompt), and taking it out on one late answer left a whole tier with none (issue 28). A replica that
+        stays silent is still taken out, after ``cb_failures`` checks; a dead one at once (refused)."""
         try:
             return await client.get_status(r.url, "/health", self.settings.health_timeout_s) == 200
+        except TimeoutError:
+            return None
         except Exception:
             return False
 

@@ -27,12 +27,13 @@ from router.observe import Observer, answer_tokens, healthy_groups
 from router.openai_io import (
     CHAT,
     BadRequest,
+    check_context,
     completion_as_sse,
     parse_request,
     response_text,
 )
 from router.policy import RoutePolicy
-from router.proxy import NoReplica, Proxy, Result, Stream, make_client
+from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
 from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
 from router.state import SharedState
 
@@ -195,7 +196,7 @@ class Gateway:
                 raise BadRequest(f"request body exceeds {s.max_body_bytes} bytes", 413, code="request_too_large")
             if raw is None:
                 raw = await self._read_body(scope, receive)
-            body, prompt, stream = parse_request(raw, kind)
+            body, prompt, stream, chars = parse_request(raw, kind)
             forced = policy.resolve_model(body.get("model"))
             if forced is False:
                 raise BadRequest(
@@ -224,8 +225,11 @@ class Gateway:
                 tier, cascade = policy.tier_for_score(score), False
             else:
                 tier, cascade = 0, True
-            self.observer.arrival(prompt, score)
             entry = policy.tiers[tier]
+            context = policy.context.get(entry)
+            if context is not None:  # before it takes a slot: it could never be answered as asked
+                check_context(body, kind, chars, context)
+            self.observer.arrival(prompt, score)
             held = self.tier_inflight.get(entry, 0)
             per_replica = s.tier_queue_per_replica or policy.inflight_per_replica[entry]
             if held >= per_replica * max(1, self.balancer.healthy(entry)):
@@ -247,6 +251,10 @@ class Gateway:
             self.observer.done(exc.tier, False, 0.0, None)
             self.metrics.count("-", 503)
             return Reply.error(503, str(exc), "service_unavailable", headers=self._retry)
+        except Unanswered as exc:
+            self.observer.done(exc.tier, False, 0.0, None)
+            self.metrics.count(exc.tier, 504)
+            return Reply.error(504, str(exc), code="upstream_timeout")
         finally:
             if release:
                 self.inflight -= 1

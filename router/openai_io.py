@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from boute.serving.limits import context_error, min_tokens
+
 CHAT, COMPLETION = "chat", "completion"
 
 
@@ -52,8 +54,10 @@ def _text_of(content: Any, where: str) -> str:
     raise BadRequest(f"{where} must be a string or a list of content parts", param=where)
 
 
-def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], str, bool]:
-    """(body, prompt text used for routing, stream?) or BadRequest naming the field."""
+def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], str, bool, int]:
+    """(body, prompt text used for routing, stream?, characters of input text) or BadRequest naming the
+    field. The characters are all messages' text (chat) or the longest prompt (completion, each prompt of a
+    list is its own request): what :func:`check_context` bounds the input's tokens by."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -77,19 +81,34 @@ def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], str, bool]:
         if not isinstance(msgs, list) or not msgs:
             raise BadRequest("'messages' must be a non-empty list", param="messages")
         prompt = ""
+        chars = 0
         for i, m in enumerate(msgs):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                 raise BadRequest(f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
             text = _text_of(m.get("content"), f"messages[{i}].content")
+            chars += len(text)
             if m["role"] == "user":
                 prompt = text
-        return body, prompt, stream
+        return body, prompt, stream, chars
     prompt_field = body.get("prompt")
     if isinstance(prompt_field, str):
-        return body, prompt_field, stream
+        return body, prompt_field, stream, len(prompt_field)
     if isinstance(prompt_field, list) and prompt_field and all(isinstance(p, str) for p in prompt_field):
-        return body, prompt_field[0], stream
+        return body, prompt_field[0], stream, max(len(p) for p in prompt_field)
     raise BadRequest("'prompt' must be a string or a non-empty list of strings", param="prompt")
+
+
+def check_context(body: dict[str, Any], kind: str, chars: int, context: int) -> None:
+    """BadRequest (400 ``context_length_exceeded``, OpenAI's code; SGLang's message) when the request cannot
+    fit a ``context``-token model: ``max_completion_tokens`` (else ``max_tokens``) plus a lower bound of the
+    input's tokens from its ``chars`` (:mod:`boute.serving.limits`: the replica refuses the rest itself)."""
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    asked = body.get(key)
+    least = min_tokens(chars)
+    why = context_error(least, asked, context, estimated=True)
+    if why is not None:
+        param = key if least < context else ("messages" if kind == CHAT else "prompt")
+        raise BadRequest(why, param=param, code="context_length_exceeded")
 
 
 def response_text(raw: bytes, kind: str) -> str:

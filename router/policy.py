@@ -190,6 +190,20 @@ def planned_inflight(plan: Plan) -> dict[str, int]:
     return out
 
 
+def tier_context(plan: Plan, file: str | Path | None = None) -> dict[str, int]:
+    """Per tier, the least ``max_context`` of the models its groups deploy (the plan's own catalog: packaged
+    entries plus its scenario's); a tier whose model the catalog lacks has no entry (no limit checked)."""
+    from boute.serving.bundle import plan_catalog
+
+    catalog = plan_catalog(plan, file)
+    out: dict[str, int] = {}
+    for g in plan.deployment:
+        spec = catalog.models.get(g.model)
+        if spec is not None:
+            out[g.tier] = min(out.get(g.tier, spec.max_context), spec.max_context)
+    return out
+
+
 class RoutePolicy:
     """A plan's routing, compiled: tiers, thresholds, mode, scorer. Immutable once built."""
 
@@ -251,6 +265,9 @@ class RoutePolicy:
         for g in plan.deployment:
             self.forced.setdefault(g.model, self.tiers.index(g.tier))
         self.auto_names = frozenset({"boute", "auto", "router", "router-auto", "router-boute"})
+        #: per tier, the context length (tokens) of its model, the least when its groups serve several (a
+        #: request may go to any); requests that cannot fit are refused before they take a slot
+        self.context = tier_context(plan, file)
         #: per tier, requests in flight per healthy replica before shedding (:func:`planned_inflight`)
         self.inflight_per_replica = planned_inflight(plan)
         #: the gateway-wide bound the plan implies: every replica's tier bound, summed

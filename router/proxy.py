@@ -1,9 +1,12 @@
 """Upstream calls: send a request to a tier, retrying on another replica until a byte reaches the client.
 
 Why before the first byte only: once the client has part of an answer the request is not idempotent from
-its point of view. Until then any failure (refused connection, reset, timeout, 5xx, empty stream) is
-invisible: the replica is charged a failure and the next-best replica of the same tier is tried.
-Streaming responses are only handed to the client after the upstream's first chunk has arrived.
+its point of view. Until then a failure of the replica (refused connection, reset, connect timeout, 5xx,
+empty stream) is invisible: the replica is charged a failure and the next-best replica of the same tier is
+tried. A read timeout is not the replica's failure but most likely the request's own length
+(:mod:`router.upstream_errors`): it is neither charged nor retried, and the client gets 504
+(:class:`Unanswered`). Streaming responses are only handed to the client after the upstream's first chunk
+has arrived.
 
 The HTTP client is :mod:`router.upstream` (keep-alive HTTP/1.1 on asyncio protocols + httptools). It replaced
 aiohttp, which had replaced httpx: on this project's bench httpx's pool managed ~85 req/s at 50 concurrent
@@ -32,6 +35,15 @@ class NoReplica(Exception):
         self.tier, self.tried, self.last = tier, tried, last
         detail = f"; last error: {last}" if last else ""
         super().__init__(f"no healthy replica of tier '{tier}' could serve the request (tried {tried}){detail}")
+
+
+class Unanswered(Exception):
+    """The replica took the request and then sent nothing for the read timeout: not retried (another replica
+    would take as long over the same request, and the work would be repeated), not charged (answered 504)."""
+
+    def __init__(self, tier: str, replica: str, why: str) -> None:
+        self.tier = tier
+        super().__init__(f"replica {replica} of tier '{tier}' did not answer in time ({why}); not retried")
 
 
 @dataclass(slots=True)
@@ -97,7 +109,9 @@ class Proxy:
                 content = await conn.body()
                 pool.release(conn)
             except UpstreamError as exc:
-                bal.failure(r, refused=exc.refused)
+                bal.failure(r, refused=exc.refused, charge=exc.replica_fault)
+                if not exc.replica_fault:
+                    raise Unanswered(tier, r.id, str(exc)) from None
                 last = f"{r.id}: {type(exc).__name__}"
                 continue
             finally:
@@ -144,7 +158,9 @@ class Proxy:
                 if conn is not None:
                     pool.discard(conn)
                 r.outstanding -= 1
-                bal.failure(r, refused=exc.refused)
+                bal.failure(r, refused=exc.refused, charge=exc.replica_fault)
+                if not exc.replica_fault:
+                    raise Unanswered(tier, r.id, str(exc)) from None
                 last = f"{r.id}: {type(exc).__name__}"
             except BaseException:
                 if conn is not None:
@@ -155,7 +171,7 @@ class Proxy:
 
     async def relay(self, s: Stream) -> AsyncGenerator[bytes, None]:
         """Yield the stream to the client; a mid-stream failure ends it with an SSE error event."""
-        ok, done = True, False
+        ok, done, charge = True, False, True
         conn = s.conn
         try:
             yield s.first
@@ -163,15 +179,16 @@ class Proxy:
                 yield chunk
             done = True
         except UpstreamError as exc:
-            ok, s.failed = False, True
+            ok, charge, s.failed = False, exc.replica_fault, True
             err = {"error": {"message": f"upstream failed mid-stream: {type(exc).__name__}", "type": "upstream_error"}}
             yield b"data: " + orjson.dumps(err) + b"\n\n"
         finally:
-            self.finish(s, ok, done)
+            self.finish(s, ok, done, charge)
 
-    def finish(self, s: Stream, ok: bool, done: bool) -> None:
-        """Settle a stream once: the replica's count and health, and its connection (kept for reuse only when
-        the stream ran to its end; dropped otherwise, which cancels the upstream sequence)."""
+    def finish(self, s: Stream, ok: bool, done: bool, charge: bool = True) -> None:
+        """Settle a stream once: the replica's count and health (a failure counts toward its circuit only when
+        ``charge``: it is the replica's), and its connection (kept for reuse only when the stream ran to its end;
+        dropped otherwise, which cancels the upstream sequence)."""
         if s.finished:
             return
         s.finished = True
@@ -179,7 +196,7 @@ class Proxy:
         if ok:
             self.balancer.success(s.replica)
         else:
-            self.balancer.failure(s.replica)
+            self.balancer.failure(s.replica, charge=charge)
         if done:
             self.client.release(s.conn)
         else:

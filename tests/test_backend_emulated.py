@@ -139,3 +139,45 @@ def test_client_disconnect_cancels_sequence(backend: str) -> None:
     while httpx.get(backend + "/get_server_info").json()["running"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert httpx.get(backend + "/get_server_info").json()["running"] == 0
+
+
+def _idle(backend: str) -> bool:
+    info = httpx.get(backend + "/get_server_info").json()
+    return info["running"] == 0 and info["waiting"] == 0
+
+
+def test_context_length_is_enforced_as_sglang_does(backend: str) -> None:
+    """Requests that cannot fit the model's context get 400 with SGLang's message before any work (issue 28:
+    ``max_tokens: 10**8`` took minutes of CPU and stalled every replica of the process)."""
+    import openai
+
+    context = httpx.get(backend + "/get_server_info").json()["context_length"]
+    assert context == builtin_catalog().model("llama-3.1-8b").max_context == 131072
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as too_many:
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=10**8)
+    assert too_many.value.status_code == 400
+    assert "exceeds the model's maximum context length of 131072 tokens" in too_many.value.message
+    with pytest.raises(openai.BadRequestError, match=r"The input \(131072 tokens\) is longer than the model's context"):
+        client.completions.create(model="x", prompt="abcd" * context, max_tokens=1)
+    r = httpx.post(backend + "/generate", json={"text": "q", "sampling_params": {"max_new_tokens": context}})
+    assert r.status_code == 400 and "You requested a total of 131073 tokens" in r.json()["error"]["message"]
+    assert _idle(backend)
+    # without max_tokens the answer stops where the context does, as SGLang's does
+    near = client.completions.create(model="x", prompt="abcd" * (context - 3))
+    assert near.usage.completion_tokens == 3 and near.choices[0].finish_reason == "length"
+
+
+def test_exactly_the_context_is_accepted_and_a_client_gone_stops_it(backend: str) -> None:
+    """Prompt + max_tokens equal to the context is served (SGLang's bound is inclusive); the client that
+    leaves, streamed or not, takes its sequence out of the batch (SGLang aborts it), so nothing keeps running."""
+    body = {"model": "x", "prompt": "abcd", "max_tokens": 131072 - 1, "stream": True}
+    with httpx.stream("POST", backend + "/v1/completions", json=body) as s:
+        assert s.status_code == 200
+        assert next(s.iter_lines()).startswith("data: {")
+    with pytest.raises(httpx.ReadTimeout):  # non-streamed: the client gives up while the answer is made
+        httpx.post(backend + "/v1/completions", json={**body, "stream": False}, timeout=httpx.Timeout(10, read=0.5))
+    deadline = time.monotonic() + 15  # a bound on the wait, generous for a busy machine
+    while not _idle(backend) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _idle(backend)

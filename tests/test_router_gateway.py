@@ -187,3 +187,31 @@ def test_client_disconnect_cancels_upstream_and_frees_the_slot(stack: Stack, gw:
     # and the gateway still serves normally afterwards
     ok = httpx.post(gw + "/v1/chat/completions", json={**body, "max_tokens": 4}, timeout=30)
     assert ok.status_code == 200 and ok.headers["x-boute-tier"] == "large"
+
+
+def test_an_answer_slower_than_the_read_timeout_is_a_504_that_charges_no_replica(stack: Stack) -> None:
+    """A non-streamed answer that takes longer than the gateway's read timeout (a long generation): 504 from
+    the one replica that had it, not retried on the tier's other one (it would take as long, and the work
+    would be done twice), no circuit failure charged, the replica stops generating once the gateway hangs
+    up, and the tier keeps serving (issue 28)."""
+    import time
+
+    url, _ = stack.gateway(BOUTE_UPSTREAM_TIMEOUT_S="1", BOUTE_ADMIN_TOKEN=TOKEN)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    with pytest.raises(openai.InternalServerError) as slow:
+        client.chat.completions.create(
+            model="router-small", messages=[{"role": "user", "content": "a long one"}], max_tokens=100_000
+        )
+    assert slow.value.status_code == 504 and slow.value.code == "upstream_timeout"
+    small = [b for b in httpx.get(url + "/admin/backends", headers=AUTH).json()["backends"] if b["tier"] == "small"]
+    assert sum(b["failed"] for b in small) == 1  # one replica tried
+    assert all(b["healthy"] and b["circuit"] == "closed" and b["failures"] == 0 for b in small), small
+    deadline = time.monotonic() + 15  # bounds the wait only
+    urls = stack.backend_urls[:2]  # TEST_PLAN: the small tier's replicas
+    while any(httpx.get(u + "/get_server_info").json()["running"] for u in urls) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(httpx.get(u + "/get_server_info").json()["running"] == 0 for u in urls)
+    ok = client.chat.completions.create(
+        model="router-small", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert ok.choices[0].finish_reason == "length"

@@ -137,11 +137,11 @@ def test_parse_rejects_malformed_chat(raw: bytes, fragment: str) -> None:
 
 
 def test_parse_and_sse_roundtrip() -> None:
-    body, prompt, stream = parse_request(
+    body, prompt, stream, chars = parse_request(
         b'{"model":"boute","stream":true,"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"q"}]}]}',
         CHAT,
     )
-    assert (prompt, stream) == ("q", True)
+    assert (prompt, stream, chars) == ("q", True, 2)  # every message's text counts toward the input
     sse = completion_as_sse(
         b'{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}', CHAT
     )
@@ -181,3 +181,110 @@ async def test_static_router_prompts_are_scored_in_one_batch_per_loop_turn() -> 
     # one prompt the scorer rejects fails alone; the rest of its batch is scored one by one
     res = await asyncio.gather(*(policy.score_batched(p) for p in ["ab", "poison", "abcd"]), return_exceptions=True)
     assert res[0] == 0.02 and isinstance(res[1], ValueError) and res[2] == 0.04
+
+
+# ---- issue 28: the context-length rule, and failures that are not the replica's ----
+def test_context_rule_in_sglang_words_at_its_boundaries() -> None:
+    from boute.serving.limits import context_error
+
+    assert context_error(100, 28, 128) is None  # exactly the context: fits, as in SGLang
+    assert context_error(100, 29, 128) == (
+        "Requested token count exceeds the model's maximum context length of 128 tokens. You requested a total "
+        "of 129 tokens: 100 tokens from the input messages and 29 tokens for the completion. Please reduce the "
+        "number of tokens in the input messages or the completion to fit within the limit."
+    )
+    assert context_error(127, None, 128) is None  # no max_tokens: only the input is checked
+    assert (
+        context_error(128, None, 128)
+        == "The input (128 tokens) is longer than the model's context length (128 tokens)."
+    )
+    assert "at least 10 tokens from the input" in (context_error(10, 10**8, 128, estimated=True) or "")
+
+
+def test_gateway_refuses_what_cannot_fit_the_tiers_context() -> None:
+    from router.openai_io import check_context
+    from router.policy import tier_context
+
+    assert tier_context(Plan.model_validate(TEST_PLAN)) == {"small": 131072, "large": 131072}
+    chat = (
+        b'{"model": "boute", "messages": [{"role": "system", "content": "%s"}, {"role": "user", "content": "q"}], %s}'
+    )
+
+    def refusal(raw: bytes) -> BadRequest | None:
+        body, _, _, chars = parse_request(raw, CHAT)
+        try:
+            check_context(body, CHAT, chars, 131072)
+        except BadRequest as exc:
+            return exc
+        return None
+
+    huge = refusal(chat % (b"s", b'"max_tokens": 100000000'))
+    assert huge is not None and (huge.status, huge.kind, huge.param, huge.code) == (
+        400,
+        "invalid_request_error",
+        "max_tokens",
+        "context_length_exceeded",
+    )
+    assert "maximum context length of 131072 tokens" in huge.message
+    both = refusal(chat % (b"s", b'"max_tokens": 5, "max_completion_tokens": 200000'))
+    assert both is not None and both.param == "max_completion_tokens"  # the newer field wins, as in OpenAI's API
+    assert refusal(chat % (b"s", b'"max_tokens": 131000')) is None  # fits with any real tokenizer: passed on
+    # every message counts: 1 MB of system text is at least 125,000 tokens, so 10,000 more cannot fit ...
+    assert refusal(chat % (b"s" * 1_000_000, b'"max_tokens": 10000')) is not None
+    # ... while the same text with a small answer is left to the replica, which counts exactly
+    assert refusal(chat % (b"s" * 1_000_000, b'"max_tokens": 16')) is None
+
+
+def test_failures_that_are_not_the_replicas_never_trip_it() -> None:
+    """A read timeout (the request's own length) is counted as failed but not toward the circuit: any number
+    of them leave the replica available, and a real failure after them still needs cb_failures in a row."""
+    bal = _balancer()
+    fast, _ = bal.pools["small"]
+    for _ in range(10):
+        bal.failure(fast, charge=False)
+    assert fast.available(time.monotonic()) and fast.failed == 10 and fast.failures == 0
+    bal.failure(fast)
+    bal.failure(fast)
+    assert fast.available(time.monotonic())
+    bal.failure(fast)
+    assert not fast.available(time.monotonic())
+
+
+class _Health:
+    """Stands in for the pool in health checks: per URL, what ``GET /health`` does next."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, object] = {}
+
+    async def get_status(self, url: str, path: str, timeout: float) -> int:
+        a = self.answers.get(url, 200)
+        if isinstance(a, BaseException):
+            raise a
+        assert isinstance(a, int)
+        return a
+
+
+async def test_a_late_health_answer_takes_a_replica_out_only_when_it_repeats() -> None:
+    """A replica busy with one heavy request can answer its health check late; out only after cb_failures
+    late checks in a row (an answer in between resets them), while a refused check takes it out at once."""
+    from router.upstream import ConnectError
+
+    bal = _balancer()
+    fast, slow = bal.pools["small"]
+    health = _Health()
+    health.answers = {fast.url: TimeoutError(), slow.url: ConnectError("refused", refused=True)}
+    await bal.check_all(health)
+    assert fast.healthy and not slow.healthy and bal.healthy("small") == 1
+    await bal.check_all(health)
+    assert fast.healthy
+    health.answers[fast.url] = 200  # it answered: the count starts over
+    await bal.check_all(health)
+    health.answers[fast.url] = TimeoutError()
+    for _ in range(2):
+        await bal.check_all(health)
+    assert fast.healthy
+    await bal.check_all(health)  # the third late answer in a row
+    assert not fast.healthy and bal.healthy("small") == 0
+    health.answers = {}
+    await bal.check_all(health)
+    assert fast.healthy and slow.healthy

@@ -2,6 +2,8 @@
 
 Each case is a failure or framing mode the aiohttp client it replaced handled: keep-alive reuse, chunked and
 EOF-delimited bodies, a stale pooled connection, refused connections, read timeouts, resets, cancellation.
+Then issue 28: answers of MBs, whole and streamed, from fast and trickling peers, under asyncio's loop and
+uvloop (the gateway's), and which upstream failures the proxy charges and retries.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import socket
 from collections.abc import Awaitable, Callable
 
 import pytest
+import uvloop
 
-from router.upstream import ConnectError, Disconnected, Pool, UpstreamTimeout
+from router.upstream import HIGH_WATER, ConnectError, Disconnected, Pool, UpstreamTimeout
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"
@@ -185,3 +188,155 @@ async def test_cancelled_request_closes_its_connection() -> None:
         await asyncio.wait_for(closed.wait(), 2)
         assert not pool.busy
         await pool.close()
+
+
+# ---- large bodies (issue 28): past HIGH_WATER and past one socket read, then the pooled connection again ----
+#: bytes per answer: far above HIGH_WATER (64 KiB) and above one socket read (256 KiB), as a long reasoning
+#: answer, ``n > 1`` or logprobs make them
+BIG = 1_500_000
+LOOPS = pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+
+
+def _payload(n: int = BIG) -> bytes:
+    return (b"0123456789abcdef" * (n // 16 + 1))[:n]
+
+
+def _big_peer(payload: bytes, *, chunked: bool, trickle: bool) -> Handler:
+    """Answers every request on the connection with ``payload``: content-length or chunked framing; written
+    at once, or (``trickle``) in 16 KiB pieces with a pause between them, as a slow replica does."""
+    piece = 16384
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            if chunked:
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(payload))
+            parts = [payload[i : i + piece] for i in range(0, len(payload), piece)] if trickle else [payload]
+            for part in parts:
+                writer.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+                if trickle:
+                    await writer.drain()
+                    await asyncio.sleep(0.001)
+            if chunked:
+                writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    return handler
+
+
+@LOOPS
+@pytest.mark.parametrize(("chunked", "trickle"), [(False, False), (True, False), (False, True), (True, True)])
+def test_large_body_then_the_pooled_connection_again(run: Callable[..., None], chunked: bool, trickle: bool) -> None:
+    """A non-streamed answer of 1.5 MB arrives whole (it hung: reading paused above HIGH_WATER and only
+    ``chunk()`` resumed it), and the connection serves the next request."""
+    payload = _payload()
+
+    async def main() -> None:
+        server, url, accepted = await _serve(_big_peer(payload, chunked=chunked, trickle=trickle))
+        async with server:
+            pool = Pool(1.0, 10.0)  # a hang shows as UpstreamTimeout after 10 s without bytes
+            for _ in range(3):
+                status, body = await _post(pool, url)
+                assert status == 200 and len(body) == len(payload) and body == payload
+            assert len(accepted) == 1  # one connection, pooled after each complete answer
+            await pool.close()
+
+    run(main())
+
+
+@LOOPS
+def test_large_stream_keeps_backpressure_then_the_pooled_connection_again(run: Callable[..., None]) -> None:
+    """A 4 MB stream read by a slow consumer: reading pauses (the gateway holds ~HIGH_WATER, not the whole
+    stream), resumes as the consumer reads, and the stream arrives whole; then the connection is reused."""
+    payload = _payload(4_000_000)
+
+    async def main() -> None:
+        server, url, accepted = await _serve(_big_peer(payload, chunked=True, trickle=False))
+        async with server:
+            pool = Pool(1.0, 10.0)
+            ep = pool.endpoint(url)
+            conn, status = await pool.request(ep, ep.head("POST", "/x"), b"{}", stream=True)
+            parts = [await conn.chunk()]
+            deadline = asyncio.get_running_loop().time() + 30  # bounds the wait only
+            while not conn.paused:  # the consumer is away: the buffer fills up to the mark, then reading stops
+                assert asyncio.get_running_loop().time() < deadline, "reading never paused"
+                await asyncio.sleep(0.01)
+            assert HIGH_WATER < conn.buffered < HIGH_WATER + (1 << 20)  # one socket read past the mark at most
+            while chunk := await conn.chunk():
+                parts.append(chunk)
+            assert status == 200 and b"".join(parts) == payload
+            pool.release(conn)
+            status, body = await _post(pool, url)  # the same connection answers the next request
+            assert status == 200 and body == payload and len(accepted) == 1
+            await pool.close()
+
+    run(main())
+
+
+@LOOPS
+def test_large_error_body_of_a_stream_request_is_read_whole(run: Callable[..., None]) -> None:
+    """A streamed request answered with a large non-2xx body: the proxy reads it with ``body()`` (the stream
+    mode paused reading above HIGH_WATER; ``body()`` must resume it)."""
+    payload = _payload()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _read_request(reader)
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: %d\r\n\r\n%s" % (len(payload), payload))
+            await writer.drain()
+
+    async def main() -> None:
+        server, url, accepted = await _serve(handler)
+        async with server:
+            pool = Pool(1.0, 10.0)
+            ep = pool.endpoint(url)
+            for _ in range(2):
+                conn, status = await pool.request(ep, ep.head("POST", "/x"), b"{}", stream=True)
+                assert status == 400 and await conn.body() == payload
+                pool.release(conn)
+            assert len(accepted) == 1
+            await pool.close()
+
+    run(main())
+
+
+async def test_a_read_timeout_is_neither_retried_nor_charged_a_reset_is_both() -> None:
+    """Through the proxy, two replicas of a tier: one that takes the request and stays silent past the read
+    timeout (a long answer) costs one replica's time and no circuit failure, and the client gets 504; one
+    that resets the connection is charged and the other replica is tried (issue 28)."""
+    from boute.serving import BackendSpec
+    from boute.specs.plan import Plan
+    from router.balancer import Balancer
+    from router.config import Settings
+    from router.proxy import NoReplica, Proxy, Unanswered, make_client
+    from tests.stack import TEST_PLAN
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        await reader.read(1)  # until the gateway gives up and closes
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.transport.abort()
+
+    settings = Settings(upstream_timeout_s=0.3, retries=2, cb_failures=3)
+    for handler, error in ((silent, Unanswered), (reset, NoReplica)):
+        servers = [await _serve(handler) for _ in range(2)]
+        bal = Balancer(settings)
+        specs = [BackendSpec(url=u, tier="small", model="llama-3.1-8b", gpu="h100-sxm") for _, u, _ in servers]
+        bal.configure(Plan.model_validate(TEST_PLAN), specs)
+        proxy = Proxy(make_client(settings), bal, settings)
+        with pytest.raises(error):
+            await proxy.complete("small", "/v1/chat/completions", {"messages": []})
+        tried = [len(accepted) for _, _, accepted in servers]
+        reps = bal.pools["small"]
+        if error is Unanswered:  # one replica tried, counted as failed, its circuit untouched
+            assert sorted(tried) == [0, 1] and sum(r.failed for r in reps) == 1
+            assert all(r.failures == 0 for r in reps)
+        else:  # both tried (a stale-connection retry never applies to a fresh one), both charged
+            assert tried == [1, 1] and all(r.failures == 1 for r in reps)
+        await proxy.client.close()
+        for server, _, _ in servers:
+            server.close()

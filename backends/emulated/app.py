@@ -1,7 +1,9 @@
 """HTTP face of the emulated backend: OpenAI (/v1/...) and SGLang-native (/generate, /get_model_info) API.
 
 Plain Starlette (no per-request pydantic) so the backend's own CPU cost stays small next to the gateway's
-when both are measured on one machine. A client that disconnects cancels its sequence in the engine.
+when both are measured on one machine. A client that disconnects cancels its sequence in the engine. A
+request that cannot fit the model's context (``max_context`` in the catalog) is refused with 400, in
+SGLang's words, before any work.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.routing import Route
 
 from backends.emulated.engine import Engine, Sequence
 from backends.emulated.profile import CHAT_TEMPLATE_TOKENS, ReplicaConfig, Responder, count_tokens
+from boute.serving.limits import context_error
 from boute.serving.relay import RelayResponse  # closes the generator on disconnect, which cancels the sequence
 
 _ids = itertools.count(1)
@@ -69,6 +72,18 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
     responder = Responder(cfg)
     engine = Engine(perf, speedup=cfg.speedup, max_running=cfg.max_running)
     name = cfg.name
+    context = cat.model(cfg.model).max_context
+
+    def _fit(prompt_tokens: int, max_tokens: int | None) -> int | None:
+        """SGLang's context rule (:mod:`boute.serving.limits`): _Bad (400, its message) when the request cannot
+        fit; else the answer's cap, which without ``max_tokens`` is the room left in the context (SGLang stops
+        there with finish reason ``length``). Checked before the answer is built: an answer of 10^8 pieces took
+        minutes of CPU and blocked every replica of the process, health checks included (issue 28)."""
+        why = context_error(prompt_tokens, max_tokens, context)
+        if why is not None:
+            raise _Bad(why)
+        room = context - prompt_tokens
+        return max_tokens if max_tokens is not None or cfg.default_output_tokens <= room else room
 
     async def _wait_or_cancel(request: Request, seq: Sequence) -> bool:
         """Wait for a non-streamed sequence; False (and cancelled) if the client went away first."""
@@ -115,7 +130,7 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
                 if not isinstance(prompt, str):
                     raise _Bad("'prompt' must be a string")
                 prompt_tokens = count_tokens(prompt)
-            max_tokens = _max_tokens(body, "max_completion_tokens", "max_tokens")
+            max_tokens = _fit(prompt_tokens, _max_tokens(body, "max_completion_tokens", "max_tokens"))
             stream = bool(body.get("stream"))
         except _Bad as exc:
             return _error(400, str(exc))
@@ -198,11 +213,11 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
             sp = body.get("sampling_params") or {}
             if not isinstance(sp, dict):
                 raise _Bad("'sampling_params' must be an object")
-            max_tokens = _max_tokens(sp, "max_new_tokens")
+            prompt_tokens = count_tokens(prompt)
+            max_tokens = _fit(prompt_tokens, _max_tokens(sp, "max_new_tokens"))
         except _Bad as exc:
             return _error(400, str(exc))
         out, truncated = responder.answer(prompt, max_tokens)
-        prompt_tokens = count_tokens(prompt)
         stream = bool(body.get("stream"))
         seq = engine.submit(out, prompt_tokens, stream)
 
@@ -243,6 +258,7 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
         return _json(
             {
                 **cfg.model_dump(),
+                "context_length": context,
                 "kv_capacity_tokens": engine.kv_capacity,
                 "running": len(engine.running),
                 "waiting": len(engine.waiting),
