@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from boute.stats import quantile
+
 SCENARIO = "builtin:paper-gsm8k"
 
 
@@ -145,7 +147,7 @@ def drive(url: str, sched: dict[str, Any], work: Path) -> tuple[subprocess.Popen
 
 
 def _p95(lat: np.ndarray) -> float | None:
-    return round(float(np.percentile(lat, 95)), 3) if lat.size else None
+    return round(quantile(lat, 0.95), 3) if lat.size else None
 
 
 def analyse(

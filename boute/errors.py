@@ -31,9 +31,23 @@ class SpecError(BouteError):
         parts = [p for p in (self.file, self.field) if p]
         super().__init__(": ".join([*parts, reason]))
 
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str | None, str | None, str]]:
+        # crosses process boundaries (a search in a worker process): rebuilt from its parts, not its message
+        return (type(self), (self.file, self.field, self.reason))
+
 
 class InfeasibleError(BouteError):
     """A request that cannot be satisfied (no plan meets the targets, a model does not fit)."""
+
+
+class UnconfirmedError(InfeasibleError):
+    """The search found plans meeting the targets, but the more faithful confirming evaluator rejected every
+    one it checked: no plan is written (the message names the closest confirmed one and what to change)."""
+
+
+class WorkerError(BouteError):
+    """A worker process running a search died (killed, out of memory) before it answered: the request may
+    be fine, the run is not."""
 
 
 def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:

@@ -2,12 +2,13 @@
 
 Why: replicas of one tier run on different GPU types (an H100 decodes several times faster than an RTX
 4090), so round-robin would overload the slow ones. Each replica gets a weight proportional to its
-modelled throughput (``boute.perf``, approximate), and a request goes to the available replica with the
-fewest outstanding requests *per unit of weight*. Health has two sources: active checks (``GET /health``:
-out at once when refused or not 200, after ``cb_failures`` checks in a row without an answer in time)
-and passive outcomes of real requests; ``cb_failures`` consecutive failures that are the replica's (or
-one refused connection; a read timeout is the request's, see router/upstream_errors.py) open the
-replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
+modelled capacity under the plan's own request lengths, the figures the plan carries (``Plan.balance``,
+:mod:`boute.sim.weights`: the simulator's rule), and a request goes to the available replica with the
+fewest outstanding requests *per unit of weight*, as in the simulator that judged the plan. Health has two
+sources: active checks (``GET /health``: out at once when refused or not 200, after ``cb_failures`` checks
+in a row without an answer in time) and passive outcomes of real requests; ``cb_failures`` consecutive
+failures that are the replica's (or one refused connection; a read timeout is the request's, see
+router/upstream_errors.py) open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
 count is kept, so the next failure re-opens it at once, and a success closes it.
 """
 
@@ -18,36 +19,23 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from boute.catalog import Catalog, builtin_catalog
 from boute.serving import BackendSpec
-from boute.serving.bundle import plan_catalog
 from boute.specs.plan import Plan
 from router.config import Settings
 
-log = logging.getLogger("boute.router.balancer")
+if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
+    from boute.sim.weights import Weights
 
-#: reference request for capacity weights (GSM8K-like: short prompt, medium answer)
-REF_INPUT, REF_OUTPUT, REF_BATCH = 256, 256, 64
+log = logging.getLogger("boute.router.balancer")
 
 
 class StatusClient(Protocol):
     """What the health checks need of the gateway's upstream pool (:class:`router.upstream.Pool`)."""
 
     async def get_status(self, url: str, path: str, timeout: float) -> int: ...
-
-
-def replica_capacity(catalog: Catalog, model: str, gpu: str, tp: int, pp: int, dtype: str) -> float | None:
-    """Modelled output tokens/s of one replica at a moderate batch; None when unknown or not fitting."""
-    from boute.perf import replica_perf
-
-    if model not in catalog.models or gpu not in catalog.gpus:
-        return None
-    perf = replica_perf(catalog.model(model), catalog.gpu(gpu), tp=tp, pp=pp, dtype=dtype)
-    if not perf.fits:
-        return None
-    return float(perf.static_batch(REF_BATCH, REF_INPUT, REF_OUTPUT)["output_tokens_per_s"])
 
 
 @dataclass(slots=True, eq=False)
@@ -106,23 +94,26 @@ class Balancer:
         self.by_id: dict[str, Replica] = {}
         self._on_trip = on_trip
         self._rr = 0
-        self._capacities: dict[tuple[object, ...], float] = {}  # modelled capacity per hardware, this catalog
-        self._catalog_of: tuple[Plan | None, Catalog] = (None, builtin_catalog())
+        self._weights_of: tuple[Plan | None, Weights] | None = None  # the plan's replica capacities
 
     # ---- configuration ------------------------------------------------------------------------
-    def configure(self, plan: Plan | None, backends: Iterable[BackendSpec]) -> None:
-        """Rebuild pools for a plan + registry, keeping runtime state of replicas that stay."""
+    def configure(self, plan: Plan | None, backends: Iterable[BackendSpec], root: Path | None = None) -> None:
+        """Rebuild pools for a plan + registry, keeping runtime state of replicas that stay. ``root``: where
+        the plan's bundle files are (for a plan written before plans carried their balance figures)."""
         tiers = set(plan.routing.tiers) if plan is not None else None
-        if plan != self._catalog_of[0]:  # the plan's own hardware (scenario-defined GPUs/models)
-            self._catalog_of = (plan, plan_catalog(plan) if plan is not None else builtin_catalog())
-            self._capacities = {}
-        catalog = self._catalog_of[1]
+        if self._weights_of is None or plan != self._weights_of[0]:
+            from boute.sim.weights import plan_weights
+
+            self._weights_of = (plan, plan_weights(plan, root))
+            if self._weights_of[1].source != "plan":
+                log.info("replica weights: capacities under the %s's request lengths", self._weights_of[1].source)
+        weights = self._weights_of[1]
         pools: dict[str, list[Replica]] = {}
         by_id: dict[str, Replica] = {}
         for spec in backends:
             if tiers is not None and spec.tier not in tiers:
                 continue
-            weight = self._capacity(catalog, plan, spec)
+            weight = self._capacity(weights, plan, spec)
             old = self.by_id.get(spec.id)
             if old is not None and old.spec == spec:
                 rep = old
@@ -141,7 +132,9 @@ class Balancer:
                 r.weight, r.inv_weight = w / mean, mean / w
         self.pools, self.by_id = pools, by_id
 
-    def _capacity(self, catalog: Catalog, plan: Plan | None, spec: BackendSpec) -> float:
+    @staticmethod
+    def _capacity(weights: Weights, plan: Plan | None, spec: BackendSpec) -> float:
+        """The replica's capacity by the plan's figures (0: unknown hardware)."""
         gpu, tp, pp, dtype = spec.gpu, spec.tp, spec.pp, spec.dtype
         if gpu is None and plan is not None:  # take the hardware from the plan's group for this tier/model
             for g in plan.deployment:
@@ -150,10 +143,7 @@ class Balancer:
                     break
         if gpu is None:
             return 0.0
-        key = (spec.model, gpu, tp, pp, dtype)
-        if key not in self._capacities:
-            self._capacities[key] = replica_capacity(catalog, spec.model, gpu, tp, pp, dtype) or 0.0
-        return self._capacities[key]
+        return weights.of((spec.model, gpu, tp, pp, dtype)) or 0.0
 
     # ---- picking ------------------------------------------------------------------------------
     def pick(self, tier: str, exclude: tuple[Replica, ...] = ()) -> Replica | None:

@@ -111,7 +111,10 @@ class Gateway:
                 self.plan_error = None
                 self.metrics.plan(plan)
                 log.info("plan applied: %s mode, tiers %s", plan.routing.mode, list(plan.routing.tiers))
-        self.balancer.configure(self.policy.plan if self.policy else plan, backends)
+        if self.policy is not None:
+            self.balancer.configure(self.policy.plan, backends, self.policy.root)
+        else:
+            self.balancer.configure(plan, backends)
         return accepted
 
     def policy_for(self, plan: Plan) -> RoutePolicy:

@@ -10,8 +10,9 @@ import pytest
 from boute.catalog import builtin_catalog
 from boute.quality.policy import thresholds_for_fractions
 from boute.serving import BackendSpec
+from boute.sim.weights import REFERENCE_LENGTHS, replica_capacity
 from boute.specs.plan import Plan
-from router.balancer import Balancer, replica_capacity
+from router.balancer import Balancer
 from router.config import Settings
 from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
 from router.policy import LengthScorer, RoutePolicy, cascade_thresholds
@@ -85,8 +86,9 @@ def _balancer(**kw: float) -> Balancer:
 
 def test_capacity_weights_and_least_outstanding() -> None:
     cat = builtin_catalog()
-    fast_cap = replica_capacity(cat, "llama-3.1-8b", "h100-sxm", 1, 1, "bf16")
-    assert fast_cap is not None and fast_cap > (replica_capacity(cat, "llama-3.1-8b", "rtx-4090", 1, 1, "bf16") or 0)
+    fast_cap = replica_capacity(cat, ("llama-3.1-8b", "h100-sxm", 1, 1, "bf16"), REFERENCE_LENGTHS)
+    slow_cap = replica_capacity(cat, ("llama-3.1-8b", "rtx-4090", 1, 1, "bf16"), REFERENCE_LENGTHS)
+    assert fast_cap is not None and fast_cap > (slow_cap or 0)
     bal = _balancer()
     fast, slow = bal.pools["small"]
     counts = {fast.id: 0, slow.id: 0}

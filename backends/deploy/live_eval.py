@@ -29,6 +29,7 @@ from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan
 from boute.optimize.space import Candidate
 from boute.serving.bundle import open_plan, write_plan
 from boute.specs import Scenario
+from boute.stats import quantile
 
 #: failed requests above this share mean the plan cannot carry the load
 MAX_FAILED_SHARE = 0.01
@@ -233,8 +234,8 @@ def score(res: Any, prompt_index: np.ndarray, profile: Any, columns: dict[str, i
     return {
         "ok": n_ok,
         "ok_share": n_ok / max(1, len(ok)),
-        "p95": float(np.percentile(lat, 95)) if n_ok else math.inf,
-        "p50": float(np.percentile(lat, 50)) if n_ok else None,
+        "p95": quantile(lat, 0.95) if n_ok else math.inf,
+        "p50": quantile(lat, 0.50) if n_ok else None,
         "mean": float(lat.mean()) if n_ok else None,
         "quality": float(np.mean(scores)) if scores else 0.0,
         "quality_stderr": float(np.std(scores, ddof=1) / math.sqrt(len(scores))) if len(scores) > 1 else 0.0,

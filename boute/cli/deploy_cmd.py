@@ -188,13 +188,11 @@ def _deploy(
     as_json: bool,
     running: bool,
 ) -> None:
-    import os
-    import signal
     import subprocess
     import sys
 
     from backends.deploy.registry import Registry
-    from backends.deploy.state import CONFIG_FILE, DAEMON_LOG, DESIRED_FILE, read_state
+    from backends.deploy.state import CONFIG_FILE, DAEMON_LOG, DESIRED_FILE
     from boute.serving.bundle import copy_plan, open_plan, plan_scenario, scenario_profile, write_catalog
     from boute.specs import load_scenario
     from boute.specs.io import write_atomic
@@ -203,18 +201,12 @@ def _deploy(
         raise BouteError(f"--target: expected local or ray, got '{target}'")
     if resource_mode not in ("custom", "accelerator"):
         raise BouteError(f"--resources: expected custom or accelerator, got '{resource_mode}'")
-    p = open_plan(plan_path)
-    sc = plan_scenario(p, plan_path) or load_scenario(p.scenario)
-    d.mkdir(parents=True, exist_ok=True)
     if running:
-        st = read_state(d) or {}
-        if st.get("target") != target:
-            raise BouteError(f"deploy: a '{st.get('target')}' deployment runs in {d}; `boute deploy down` it first")
-        copy_plan(plan_path, p, d / DESIRED_FILE)  # the plan and its bundle files, where the controller reads
-        write_catalog(p, sc, d / "catalog.yaml")
-        os.kill(int(st["pid"]), signal.SIGHUP)
-        st = _wait(d, int(st.get("generation", 0)), timeout)
+        st = roll_out(plan_path, d, target=target, timeout=timeout)
     else:
+        p = open_plan(plan_path)
+        sc = plan_scenario(p, plan_path) or load_scenario(p.scenario)
+        d.mkdir(parents=True, exist_ok=True)
         try:  # fail fast with one line when the registry is unreachable
             Registry(redis, prefix).entries()
         except BouteError as exc:
@@ -248,3 +240,29 @@ def _deploy(
             )
         st = _wait(d, 0, timeout, proc, gateway=gateway_port is not None)
     typer.echo(json.dumps(st, indent=2) if as_json else _table(st))
+
+
+def roll_out(plan_path: Path, d: Path, *, target: str | None = None, timeout: float = 600.0) -> dict[str, Any]:
+    """A rolling update of the deployment running in ``d`` to the plan at ``plan_path`` (``boute deploy up``
+    while one runs, and the re-plan loop's rollout): the plan and its bundle files copied where the controller
+    reads them, the controller told (SIGHUP), the new generation waited for. Returns the controller's state;
+    a one-line BouteError when nothing runs there, it runs on another target, or the fleet is not ready in
+    ``timeout`` seconds (the controller keeps converging on the new plan)."""
+    import os
+    import signal
+
+    from backends.deploy.state import DESIRED_FILE, read_state, running
+    from boute.serving.bundle import copy_plan, open_plan, plan_scenario, write_catalog
+    from boute.specs import load_scenario
+
+    p = open_plan(plan_path)
+    sc = plan_scenario(p, plan_path) or load_scenario(p.scenario)
+    st = read_state(d) or {}
+    if not running(st):
+        raise BouteError(f"deploy: nothing runs in {d}; `boute deploy up` a plan there first")
+    if target is not None and st.get("target") != target:
+        raise BouteError(f"deploy: a '{st.get('target')}' deployment runs in {d}; `boute deploy down` it first")
+    copy_plan(plan_path, p, d / DESIRED_FILE)  # the plan and its bundle files, where the controller reads
+    write_catalog(p, sc, d / "catalog.yaml")
+    os.kill(int(st["pid"]), signal.SIGHUP)
+    return _wait(d, int(st.get("generation", 0)), timeout)

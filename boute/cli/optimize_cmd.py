@@ -1,5 +1,8 @@
 """``boute optimize``: co-optimise routing and heterogeneous deployment, write the plan.
 
+Argument parsing and printing only: the run is :func:`boute.optimize.plan_run.make_plan`, the entry point
+the re-plan loop calls too.
+
 Trials are recorded in the tracking database as they finish; rerunning the same command (or naming the
 same ``--experiment``) resumes from them. Infeasible targets give one line and exit code 2, and so does a
 search whose every plan the confirming evaluator rejects: a plan is only written once it is confirmed.
@@ -7,7 +10,6 @@ search whose every plan the confirming evaluator rejects: a plan is only written
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,9 +21,9 @@ from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEG
 if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
     from rich.progress import Progress, TaskID
 
+    from boute.optimize.plan_run import PlanRun
     from boute.optimize.result import Trial
     from boute.optimize.session import Outcome
-    from boute.specs import Plan
 
 
 def register(app: typer.Typer) -> None:
@@ -92,128 +94,49 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the best plan (--objective: lowest P95, lowest $/h, or a pick of the quality x P95 x $/h front)
         meeting the quality floor and the P95 cap within the budget."""
-        import warnings
+        from boute.optimize.plan_run import PlanRequest, make_plan, prepare_search_process
 
-        import torch
-        from linear_operator.utils.warnings import NumericalWarning
-
-        from boute.errors import BouteError, InfeasibleError
-        from boute.optimize import session
-        from boute.optimize.evaluators import make_evaluator, router_of
-        from boute.optimize.parallel import default_workers
-        from boute.quality import quality_model_for
-        from boute.quality.router import router_files
-        from boute.serving.bundle import write_plan
-        from boute.specs import load_scenario
-        from boute.tracking import open_store
-
-        torch.set_num_threads(2)
-        # GPyTorch adds jitter to near-singular kernel matrices and says so; that is handled, not news to a user
-        warnings.filterwarnings("ignore", category=NumericalWarning)
-        STRATEGIES.get(strategy)
-        OBJECTIVES.get(objective)
-        if prefer is not None:
-            PREFERENCES.get(prefer)
-            if objective != "pareto":
-                raise BouteError(
-                    f"--prefer: picks a plan from the pareto front; it needs --objective pareto, not {objective}"
-                )
-        searching, confirming = EVALUATORS.get(evaluator), EVALUATORS.get(confirm_with, "--confirm-with")
-        if mode not in ("preroute", "cascade"):
-            raise BouteError(f"--mode: unknown routing mode '{mode}' (known: preroute, cascade)")
-        if quality_floor is not None and not 0 <= quality_floor <= 1:
-            raise BouteError(f"--quality-floor: {quality_floor} is not in [0, 1]")
-        for opt, v in (("--budget", budget), ("--p95-cap", p95_cap)):
-            if v is not None and v <= 0:
-                raise BouteError(f"{opt}: must be > 0, got {v}")
-        t0 = time.perf_counter()
-        sc = session.with_targets(load_scenario(scenario), budget, quality_floor, p95_cap)
-        if calibration is not None:
-            from boute.perf import with_calibration
-
-            sc = with_calibration(sc, calibration)
-        store = open_store(db)
+        req = PlanRequest(
+            out=out,
+            scenario=scenario,
+            budget=budget,
+            quality_floor=quality_floor,
+            p95_cap=p95_cap,
+            calibration=calibration,
+            max_evals=max_evals,
+            objective=objective,
+            prefer=prefer,
+            screen=screen,
+            strategy=strategy,
+            evaluator=evaluator,
+            batch=batch,
+            workers=workers,
+            time_budget_s=time_budget,
+            mode=mode,
+            seed=seed,
+            db=db,
+            experiment=experiment,
+            patience=patience or None,
+            confirm=confirm,
+            confirm_with=confirm_with,
+            max_confirm=max_confirm,
+            plot=plot,
+            redis_url=redis,
+        )
+        req.check()  # a bad option is one line before the optimiser's imports
+        prepare_search_process()  # this process runs the search, set up as a worker would be
         progress = _Progress(max_evals, quiet, objective)
-        ev = None
-        try:
-            # the live evaluator owns a gateway and replica processes: closed on every exit, Ctrl-C included
-            ev = make_evaluator(evaluator, sc, mode, seed, redis_url=redis)
-            # the plan routes with the scenario's learned router (a live search measures quality instead)
-            quality_model = ev.quality_model or quality_model_for(sc)
-            # the fast path as the prior a simulator (or live) search corrects: cheap, and right in shape
-            fast = (
-                make_evaluator("fast", sc, mode, seed, quality_model=ev.quality_model)
-                if searching.fidelity > 0 and ev.quality_model is not None
-                else None
-            )
-            with progress:
-                res = session.optimize(
-                    sc,
-                    strategy=strategy,
-                    evaluator=ev,
-                    max_evals=max_evals,
-                    seed=seed,
-                    mode=mode,
-                    patience=patience or None,
-                    store=store,
-                    experiment=experiment,
-                    on_trial=progress.update,
-                    objective=objective,
-                    prefer=prefer,
-                    screen=screen,
-                    prior=fast,
-                    batch=batch,
-                    workers=default_workers() if workers is None else workers,
-                    time_budget_s=time_budget,
-                )
-            searcher = ev
-            ev.close()  # replicas of a live search are not needed to confirm or write the plan
+
+        def searched(res: Outcome) -> None:
+            progress.__exit__()  # the bar goes before anything else is said
             if res.resumed_trials:
                 typer.echo(
                     f"resumed experiment '{res.experiment_name}' from {res.resumed_trials} stored trials", err=True
                 )
-            if res.chosen is None:
-                _plot(res, plot)
-                raise InfeasibleError(res.infeasible_message())
-            if confirm and confirming.fidelity > searching.fidelity:  # confirmations only move up
-                checker = make_evaluator(confirm_with, sc, mode, seed, quality_model=ev.quality_model, redis_url=redis)
-                ev = checker  # closed by the finally below, whatever happens while confirming
-                # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
-                prior = searcher if searching.fidelity == 0 else None
-                session.confirm(res, checker, store=store, max_evals=max_confirm, seed=seed, prior=prior)
-                checker.close()
-            elif confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
-                res.confirmed[res.chosen.index] = res.chosen.result
-            _plot(res, plot)
-            final = res.final
-            if final is None:  # the confirming evaluator rejected every plan it checked: write nothing
-                raise InfeasibleError(res.unconfirmed_message())
-            router = router_of(quality_model)
-            plan = session.build_plan(sc, res, mode, router)
-            # self-contained: the router, the scenario and its files travel with the plan (a bundle beside it)
-            write_plan(plan, out, sc, router_files(router) if router else ())
-            assert res.experiment_id is not None  # a search with a store always records its experiment
-            store.add_plan(
-                res.experiment_id,
-                final.index,
-                plan.model_dump(mode="json"),
-                final.result.to_dict() if final.result else None,
-                res.confirmed[final.index].to_dict() if final.index in res.confirmed else None,
-                str(out),
-            )
-        finally:
-            if ev is not None:
-                ev.close()
-            store.close()
-        _summary(res, plan, time.perf_counter() - t0)
 
-
-def _plot(res: Outcome, path: Path | None) -> None:
-    """The front plot, when asked for: written on every outcome (exit 2 included), the written plan starred."""
-    if path is not None:
-        from boute.optimize.plot import plot_front
-
-        plot_front(res, path)
+        with progress:
+            run = make_plan(req, on_trial=progress.update, on_searched=searched)
+        _summary(run)
 
 
 class _Progress:
@@ -248,8 +171,9 @@ class _Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._p is not None:
+        if self._p is not None:  # idempotent: the bar goes when the search ends, before the confirmation
             self._p.__exit__(None, None, None)
+            self._p = None
 
     def update(self, trial: Trial, trials: Sequence[Trial]) -> None:
         """One trial finished: evaluated ones advance the bar, screened ones only the count beside it.
@@ -278,16 +202,15 @@ class _Progress:
         self._p.update(self._task, completed=self._done, description=desc)
 
 
-def _summary(out: Outcome, plan: Plan, wall_s: float) -> None:
+def _summary(run: PlanRun) -> None:
+    out, plan = run.summary, run.plan
     p = plan.predicted
-    confirming = [t for t in out.confirmations if t.result is not None]
-    searched = sum(t.status == "confirm-search" for t in confirming)
     typer.echo(
-        f"plan written ({out.objective.label}): {out.evaluations} evaluations ({out.resumed_trials} resumed)"
-        + (f" + {len(confirming)} confirmations" if confirming else "")
-        + (f" ({searched} by a search with the confirming evaluator)" if searched else "")
-        + f", {wall_s:.1f} s; "
-        f"experiment '{out.experiment_name}'"
+        f"plan written ({out.objective}): {out.evaluations} evaluations ({out.resumed_trials} resumed)"
+        + (f" + {out.confirmations} confirmations" if out.confirmations else "")
+        + (f" ({out.confirm_searched} by a search with the confirming evaluator)" if out.confirm_searched else "")
+        + f", {run.wall_s:.1f} s; "
+        f"experiment '{out.experiment}'"
     )
     if out.screen is not None:
         s, pl = out.screen["search"], out.screen["pool"]
@@ -296,13 +219,13 @@ def _summary(out: Outcome, plan: Plan, wall_s: float) -> None:
             f"{s['quality']} below it, {s['capacity']} over the capacity bound (not evaluated); "
             f"acquisition pool: {pl['projected']} of {pl['seen']} moved, {pl['quality'] + pl['capacity']} removed"
         )
-    if out.final is not None and out.final.result is not None:
-        r = out.final.result
+    r = out.searched
+    if r is not None:
         typer.echo(
             f"  {r.evaluator}: quality {r.quality:.4f}, P95 {r.p95_latency_s:.3g} s, "
             f"{r.throughput_rps:.1f} req/s, ${r.cost_per_hour:.2f}/h"
         )
-    if p is not None and p.evaluator != (out.final.result.evaluator if out.final and out.final.result else None):
+    if p is not None and p.evaluator != (r.evaluator if r is not None else None):
         typer.echo(
             f"  {p.evaluator} (confirmed): quality {p.quality:.4f}, P95 {p.p95_latency_s:.3g} s, "
             f"{p.throughput_rps:.1f} req/s, meets targets: {p.feasible}"

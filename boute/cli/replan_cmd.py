@@ -39,13 +39,19 @@ def register(app: typer.Typer) -> None:
         """Watch the deployment's traffic (all its gateways, through Redis); when it leaves the plan behind
         (rate, length or difficulty mix, P95, lost replicas), re-optimise warm-started from the tracking DB
         and roll the new plan out. Each trigger and re-plan is printed with its evidence and recorded."""
-        from boute.cli.autopilot import Autopilot
+        from boute.cli.deploy_cmd import roll_out
         from boute.cli.signals import stop_signals
         from boute.replan.drift import Thresholds
+        from boute.replan.loop import Autopilot
+
+        d = deployment_dir(directory)
+
+        def live(plan: Path) -> None:
+            roll_out(plan, d)  # a rolling update of the running deployment, on the target it runs on
 
         th = Thresholds(rate_up=rate_up, sustain=sustain, cooldown_s=cooldown, min_requests=min_requests)
         pilot = Autopilot(
-            deployment_dir(directory),
+            d,
             db=db,
             thresholds=th,
             window_s=window,
@@ -53,17 +59,18 @@ def register(app: typer.Typer) -> None:
             dry_run=dry_run,
             warm_from=list(warm_from),
             say=lambda line: typer.echo(f"{time.strftime('%H:%M:%S')} {line}", err=False),
+            roll_out=live,
         )
         typer.echo(
             f"watching {pilot.dir} every {interval:g} s over {window:g} s windows ({'dry run' if dry_run else 'autopilot'})"
         )
         end = None if duration is None else time.monotonic() + duration
         try:
-            with stop_signals():  # Ctrl-C or SIGTERM stops the watch, however the command was started
+            with pilot, stop_signals():  # Ctrl-C or SIGTERM stops the watch, however the command was started
                 while end is None or time.monotonic() < end:
                     try:
                         pilot.step()
-                    except BouteError as exc:  # Redis away, a search that broke: say so and keep watching
+                    except BouteError as exc:  # Redis away, a broken observation: say so and keep watching
                         typer.echo(f"{time.strftime('%H:%M:%S')} check failed: {exc}", err=True)
                     time.sleep(interval)
         except KeyboardInterrupt:
@@ -76,8 +83,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     ) -> None:
         """What the deployment's gateways served over the last window, beside the plan's promise."""
-        from boute.cli.autopilot import Autopilot, _json_safe
         from boute.replan.drift import Thresholds
+        from boute.replan.loop import Autopilot, json_safe
 
         pilot = Autopilot(
             deployment_dir(directory), db="sqlite://", thresholds=Thresholds(), window_s=window, max_evals=1,
@@ -90,7 +97,7 @@ def register(app: typer.Typer) -> None:
         )
         served = sum(w.tier_served.values()) or 1
         doc = {
-            "observed": _json_safe(w.summary()),
+            "observed": json_safe(w.summary()),
             "promise": {
                 "rate_rps": p.rate_rps,
                 "p95_s": p.p95_s,

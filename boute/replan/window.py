@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from boute.stats import quantile
+
 #: values kept per interval and quantity: enough for a two-sample test over a window of many intervals
 SAMPLE = 256
 #: snapshots kept in Redis (per prefix, all instances): an hour of 5 s intervals from a few instances
@@ -182,8 +184,8 @@ def merge(snapshots: Iterable[Snapshot], now: float, span_s: float, seed: int = 
         scores=_weighted_sample([(s.scores, s.requests) for s in snaps], k, rng),
         tier_served=served,
         tier_failed=failed,
-        tier_p95_s={t: float(np.percentile(v, 95)) for t, v in tier_lat.items() if v.size},
-        p95_s=float(np.percentile(all_lat, 95)) if all_lat.size else float("nan"),
+        tier_p95_s={t: quantile(v, 0.95) for t, v in tier_lat.items() if v.size},
+        p95_s=quantile(all_lat, 0.95),
         healthy=healthy,
         instances=len(instances),
     )

@@ -6,7 +6,8 @@ calibration), each in a sub-folder named by the hash of its content, so a re-wri
 a file an older plan still names. The plan carries the scenario inline (``scenario_spec``) with those
 references rewritten to bundle paths, which resolve against the plan's folder: copy the plan and its
 bundle anywhere and it opens, serves and verifies the same. Files are written first, the plan last
-(atomically): a reader never sees a plan whose files are missing.
+(atomically): a reader never sees a plan whose files are missing. The plan also carries the capacity each
+replica group is balanced by under the scenario's workload (``balance``, :mod:`boute.sim.weights`).
 
 ``open_plan(path)`` loads a plan, checks every artifact's hash and the deployment's hardware against the
 catalog the plan's own scenario defines; any mismatch is a one-line :class:`SpecError` naming the file,
@@ -93,12 +94,16 @@ def write_plan(plan: Plan, out: str | Path, scenario: Scenario, router_files: Se
         (spec["calibration"],) = pack.add("calibration", [scenario.resolve_path(str(scenario.calibration))])
     spec["quality"], spec["workload"] = quality, workload
 
+    from boute.sim.weights import plan_balance
+
     full = plan.model_copy(
         update={
             "routing": plan.routing.model_validate(routing),
             "scenario": scenario.reference,
             "scenario_spec": spec,
             "artifacts": [Artifact(path=p, sha256=h) for p, h in sorted(pack.artifacts.items())],
+            # the simulator's replica weights under this scenario's workload: the gateway balances by them
+            "balance": plan_balance(plan.deployment, scenario),
         }
     )
     return save_plan(full, path)

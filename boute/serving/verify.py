@@ -19,6 +19,7 @@ import numpy as np
 from boute.quality.profiles import QualityProfile
 from boute.specs.plan import Plan
 from boute.specs.scenario import Scenario
+from boute.stats import quantile
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, 
         shares=shares,
         quality=float(np.mean(scores)) if n else 0.0,
         quality_se=float(np.std(scores, ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
-        p50_s=float(np.percentile(lat, 50)) if lat.size else math.inf,
-        p95_s=float(np.percentile(lat, 95)) if lat.size else math.inf,
+        p50_s=quantile(lat, 0.50) if lat.size else math.inf,
+        p95_s=quantile(lat, 0.95) if lat.size else math.inf,
         answers_match_profile=matched / counted if counted else None,
         generator_cpu_share=float(results["cpu_s"]) / max(1e-9, float(results["wall_s"])),
     )

@@ -20,8 +20,11 @@ approximation; the event simulator is the reference.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+
+import numpy as np
 
 from boute.sim.timing import ReplicaTiming
 
@@ -34,6 +37,14 @@ class Lengths:
     in_sq: float
     mean_out: float
     out_sq: float
+
+    @classmethod
+    def of(cls, input_tokens: np.ndarray, output_tokens: np.ndarray) -> Lengths:
+        """The moments of a workload's request lengths (1 token each for an empty workload)."""
+        if len(input_tokens) == 0:
+            return cls(1.0, 1.0, 1.0, 1.0)
+        i, o = np.asarray(input_tokens, dtype=float), np.asarray(output_tokens, dtype=float)
+        return cls(float(i.mean()), float((i * i).mean()), float(o.mean()), float((o * o).mean()))
 
     @cached_property
     def seq_ctx(self) -> float:
@@ -151,6 +162,17 @@ def capacity_rps(tm: ReplicaTiming, ln: Lengths) -> float:
     bmax = kv_batch(tm, ln)
     per_step = bmax / ln.mean_out
     return per_step / (_step(tm, bmax, ln.seq_ctx) + _prefill(tm, per_step, ln))
+
+
+def replica_weights(timings: Sequence[ReplicaTiming], ln: Lengths) -> list[float]:
+    """The weight each group's replicas are balanced by: one replica's capacity under these lengths.
+
+    The one rule of load sharing: the simulator places a request on the replica with the least
+    ``(outstanding + 1) / weight``, and the gateway does the same with these figures (carried by the
+    plan, :mod:`boute.sim.weights`), so mixed-GPU replicas share load as the plan was judged on. The
+    floor keeps a replica that can hardly serve these lengths from dividing by zero.
+    """
+    return [max(capacity_rps(tm, ln), 1e-9) for tm in timings]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ One global loop takes, in time order, (a) the next iteration boundary any replic
 (b) the next external arrival, (c) the next cascade hop (a request escalated to the next tier after a
 judge delay). Replica events come first on ties, so a completion frees its KV before an arrival at the
 same instant is placed. Arrivals go to a replica of their tier by capacity-aware least-outstanding
-balancing: argmin over replicas of (outstanding + 1) / capacity, capacity from the perf model.
+balancing: argmin over replicas of (outstanding + 1) / capacity, capacity from the perf model under the
+workload's request lengths (:func:`boute.sim.capacity.replica_weights`, the rule the gateway follows too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from boute.errors import BouteError, InfeasibleError
 from boute.perf import replica_perf, scenario_catalog
-from boute.sim.capacity import Lengths, capacity_rps
+from boute.sim.capacity import Lengths, replica_weights
 from boute.sim.replica import DECODE, IDLE, Replica
 from boute.sim.result import SimResult
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
@@ -93,18 +94,12 @@ def simulate(
 
     inp = workload.input_tokens.tolist()
     out = workload.output_tokens.tolist()
-    ln = Lengths(
-        float(np.mean(workload.input_tokens)) if n else 1.0,
-        float(np.mean(workload.input_tokens.astype(float) ** 2)) if n else 1.0,
-        float(np.mean(workload.output_tokens)) if n else 1.0,
-        float(np.mean(workload.output_tokens.astype(float) ** 2)) if n else 1.0,
-    )
+    weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
     replicas: list[Replica] = []
     by_tier: list[list[Replica]] = [[] for _ in tiers]
-    for gi, (g, tm) in enumerate(zip(plan.deployment, timings, strict=True)):
-        cap = capacity_rps(tm, ln)
+    for gi, (g, tm, weight) in enumerate(zip(plan.deployment, timings, weights, strict=True)):
         for _ in range(g.count):
-            r = Replica(len(replicas), tiers.index(g.tier), gi, tm, max(cap, 1e-9))
+            r = Replica(len(replicas), tiers.index(g.tier), gi, tm, weight)
             replicas.append(r)
             by_tier[r.tier].append(r)
     needed = np.unique(route) if not cascade else np.arange(int(route.max()) + 1 if n else 0)
@@ -231,6 +226,7 @@ def simulate(
         replica_group=np.asarray([r.group for r in replicas], dtype=np.int64),
         replica_busy_s=np.asarray([r.busy_s for r in replicas]),
         replica_served=np.asarray([r.served for r in replicas], dtype=np.int64),
+        replica_weight=np.asarray([r.weight for r in replicas]),
         duration_s=horizon,
         cost_per_hour=plan_cost(plan.deployment, scenario),
         p95_target_s=float(scenario.targets.p95_latency_s),

@@ -6,12 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def _quantile(x: np.ndarray, q: float) -> float:
-    """Quantile that treats unfinished requests (inf) as the slowest, without interpolating into inf."""
-    if len(x) == 0:
-        return float("nan")
-    return float(np.quantile(x, q, method="inverted_cdf"))
+from boute.stats import quantile as _quantile  # unfinished requests (inf) count as the slowest
 
 
 @dataclass(frozen=True)
@@ -35,6 +30,7 @@ class SimResult:
     replica_group: np.ndarray
     replica_busy_s: np.ndarray
     replica_served: np.ndarray
+    replica_weight: np.ndarray  # what the balancer divided outstanding requests by (capacity, req/s)
     duration_s: float
     cost_per_hour: float
     p95_target_s: float

@@ -11,7 +11,16 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from boute.catalog import Catalog
 from boute.errors import SpecError
@@ -108,6 +117,28 @@ class Prediction(_Frozen):
     )
 
 
+class RequestLengths(_Frozen):
+    """Moments of a workload's request lengths (tokens): what a replica's capacity is judged under."""
+
+    mean_input: PositiveFloat
+    input_sq_mean: PositiveFloat
+    mean_output: PositiveFloat
+    output_sq_mean: PositiveFloat
+
+
+class Balance(_Frozen):
+    """How a tier's load is shared among its replicas, as the simulator that judged the plan shares it.
+
+    Both the simulator and the gateway send a request to the replica with the fewest outstanding requests
+    per unit of capacity; the capacity is a replica's sustainable rate under the plan's own request
+    lengths (:mod:`boute.sim.weights`). Computed by the core when the plan is written, so the gateway
+    reads the figures instead of deriving its own.
+    """
+
+    lengths: RequestLengths = Field(description="the plan's workload's request lengths the capacities are for")
+    capacity_rps: list[PositiveFloat] = Field(description="one replica's capacity in each deployment group, in order")
+
+
 class Artifact(_Frozen):
     """A file the plan needs (router weights, a user profile or trace, a calibration), in its bundle."""
 
@@ -144,6 +175,9 @@ class Plan(_Frozen):
     )
     scenario_spec: dict[str, Any] | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
+    balance: Balance | None = Field(
+        None, description="replica capacities the gateway balances by (written with the plan)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Plan:
@@ -156,6 +190,11 @@ class Plan(_Frozen):
         needed = [t for i, t in enumerate(self.routing.tiers) if fr is None or fr[i] > 0]
         if any(t in missing for t in needed):
             raise ValueError(f"routing sends load to tiers with no replicas: {[t for t in needed if t in missing]}")
+        if self.balance is not None and len(self.balance.capacity_rps) != len(self.deployment):
+            raise ValueError(
+                f"balance.capacity_rps: needs {len(self.deployment)} values (one per deployment group), "
+                f"got {len(self.balance.capacity_rps)}"
+            )
         return self
 
     def groups(self, tier: str) -> list[ReplicaGroup]:

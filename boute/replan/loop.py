@@ -1,40 +1,53 @@
 """The re-planning loop around a running deployment: observe, decide, re-plan, roll out, record.
 
-Composition only: it drives ``boute optimize`` and ``boute deploy up`` as a user would, in child processes
-(a failed search never takes the loop down); the pieces live in ``boute.replan`` (windows, drift
-detection, the observed scenario, warm start). Every decision is recorded in the tracking DB.
+Composition of the pieces in ``boute.replan`` (windows, drift detection, the observed scenario, warm start,
+the rollout rule) and the optimiser's typed entry point, :func:`boute.optimize.plan_run.make_plan`, run in a
+worker process (:class:`~boute.optimize.plan_run.PlanWorker`) so a search that crashes never takes the loop
+down. A re-plan answers with a :class:`Replanned`: the status, the new plan or the typed error that stopped
+it (``InfeasibleError``, ``UnconfirmedError``, ``WorkerError``, a rollout's ``BouteError``), with its reason.
+The rollout itself is the caller's (``roll_out``: the deployer lives outside the core). Every decision is
+recorded in the tracking DB.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
-from boute.errors import BouteError
+from boute.errors import BouteError, InfeasibleError
+from boute.optimize.plan_run import PlanRequest, PlanRun, PlanWorker
 from boute.replan.decide import Judged, decide
 from boute.replan.drift import DriftDetector, Promise, Thresholds, Trigger
 from boute.replan.observed import healthy_deployment, observed_scenario, promise_of, running_fractions
-from boute.replan.window import Window, merge, read_snapshots
+from boute.replan.window import Snapshot, Window, merge, read_snapshots
 from boute.serving import RedisKeys
 from boute.serving.bundle import open_plan, plan_scenario
 from boute.specs import Plan, Scenario
+
+if TYPE_CHECKING:
+    from boute.optimize.evaluators import EvalResult, FastEvaluator
 
 #: the deployment's current plan and its config (written by ``boute deploy up``)
 DESIRED, CONFIG = "desired.json", "config.json"
 #: intervals of the most recent traffic whose rate a re-plan sizes for
 RECENT_INTERVALS = 3
 
+#: the plan a re-plan made, in the deployment's folder -> it is live (raises BouteError when it is not)
+RollOut = Callable[[Path], None]
+#: a plan request -> the plan made (raises InfeasibleError, UnconfirmedError, WorkerError, BouteError)
+Planner = Callable[[PlanRequest], PlanRun]
 
-def recent_span(snaps: list[Any], window_s: float) -> float:
+
+def recent_span(snaps: list[Snapshot], window_s: float) -> float:
     """Seconds covered by the last few gateway intervals: the freshest rate estimate that is not one sample."""
     if not snaps:
         return window_s
@@ -42,11 +55,21 @@ def recent_span(snaps: list[Any], window_s: float) -> float:
     return min(window_s, RECENT_INTERVALS * interval + 0.5 * interval)
 
 
-def _boute(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "boute", *argv], capture_output=True, text=True, check=False)
+@dataclass(frozen=True)
+class Replanned:
+    """One re-plan: what was recorded, the plan the search made (None when it made none) and the typed error
+    that ended the round early (None when it did not). ``status``: deployed | proposed | kept | infeasible |
+    failed."""
+
+    status: str
+    record: dict[str, Any]
+    run: PlanRun | None = None
+    error: BouteError | None = None
 
 
 class Autopilot:
+    """Watches one deployment folder (``boute deploy up`` wrote its plan and config there) and re-plans it."""
+
     def __init__(
         self,
         directory: Path,
@@ -58,9 +81,17 @@ class Autopilot:
         dry_run: bool,
         warm_from: list[str],
         say: Callable[[str], None],
+        roll_out: RollOut | None = None,
+        planner: Planner | None = None,
     ) -> None:
+        """``roll_out``: required unless ``dry_run``. ``planner``: how a plan is made (default: a worker
+        process running :func:`~boute.optimize.plan_run.make_plan`, started on the first re-plan)."""
+        if roll_out is None and not dry_run:
+            raise BouteError("replan: a rollout is needed unless it is a dry run")
         self.dir, self.db, self.window_s, self.max_evals = directory, db, window_s, max_evals
-        self.dry_run, self.say = dry_run, say
+        self.dry_run, self.say, self.roll_out = dry_run, say, roll_out
+        self._worker: PlanWorker | None = None
+        self.planner: Planner = planner or self._in_worker
         cfg_path = directory / CONFIG
         if not cfg_path.is_file():
             raise BouteError(f"{directory}: no deployment here ({CONFIG} missing): `boute deploy up` one first")
@@ -74,6 +105,23 @@ class Autopilot:
         self.detector = DriftDetector(self._promise(self.plan, directory / DESIRED), thresholds)
         self.warm_from = warm_from
         self.rounds = 0
+
+    def _in_worker(self, req: PlanRequest) -> PlanRun:
+        if self._worker is None:
+            self._worker = PlanWorker()
+        return self._worker.run(req)
+
+    def close(self) -> None:
+        """Stop the search worker, if one was started."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def __enter__(self) -> Autopilot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @staticmethod
     def _load(path: Path) -> tuple[Plan, Scenario]:
@@ -107,9 +155,10 @@ class Autopilot:
             self.replan(w, fired, now, rate_rps=max(w.rate_rps, recent.rate_rps))
         return fired
 
-    def replan(
-        self, w: Window, fired: list[Trigger], t_trigger: float, rate_rps: float | None = None
-    ) -> dict[str, Any]:
+    def replan(self, w: Window, fired: list[Trigger], t_trigger: float, rate_rps: float | None = None) -> Replanned:
+        """Plan for the observed workload on the healthy fleet, warm-started; judge the new plan against the
+        running one (:func:`boute.replan.decide.decide`) and roll it out, propose it (dry run) or keep the
+        running one. Every outcome is recorded and returned."""
         from boute.optimize.evaluators import FastEvaluator
         from boute.optimize.objectives import make_objective
         from boute.optimize.space import Candidate
@@ -126,7 +175,8 @@ class Autopilot:
         obs = observed_scenario(
             self.sc, self.plan, w, self.detector.promise, self.detector.answer_baseline, shifted, rate_rps=rate_rps
         )
-        # beside the plan: the scenario's relative file references (the bundle) resolve from there
+        # beside the plan: the scenario's relative file references (the bundle) resolve from there, and the
+        # file is the record of what this round planned for (the search worker reads it too)
         obs_file = self.dir / f"observed-{n}.yaml"
         write_atomic(obs_file, yaml.safe_dump(obs.model_dump(mode="json", exclude_none=True), sort_keys=False))
         obs = load_scenario(obs_file)
@@ -148,28 +198,55 @@ class Autopilot:
             seed_experiment(store, name, obs, warm, mode=mode, objective=objective)
         finally:
             store.close()
-        out = self.dir / f"replan-{n}" / "plan.json"
-        t0 = time.monotonic()
-        r = _boute(
-            "optimize", "--scenario", str(obs_file), "--experiment", name, "--db", self.db, "-q",
-            "--max-evals", str(len(warm) + self.max_evals), "--out", str(out), "--mode", mode,
-            "--objective", objective.name, *(["--prefer", objective.prefer] if objective.name == "pareto" else []),
-        )  # fmt: skip
-        search_s = time.monotonic() - t0
+        req = PlanRequest(
+            out=self.dir / f"replan-{n}" / "plan.json",
+            scenario=str(obs_file),
+            experiment=name,
+            db=self.db,
+            max_evals=len(warm) + self.max_evals,
+            mode=mode,
+            objective=objective.name,
+            prefer=objective.prefer if objective.name == "pareto" else None,
+        )
         record: dict[str, Any] = {
             "deployment": str(self.dir),
-            "triggers": [{"kind": t.kind, "at": t.at, "evidence": _json_safe(t.evidence)} for t in fired],
+            "triggers": [{"kind": t.kind, "at": t.at, "evidence": json_safe(t.evidence)} for t in fired],
             "old_plan": self.plan.model_dump(mode="json", exclude_none=True),
-            "observed": _json_safe(w.summary()),
+            "observed": json_safe(w.summary()),
             "experiment": name,
         }
-        if r.returncode != 0:
-            reason = (r.stderr.strip().splitlines() or ["optimize failed"])[-1]
-            self.say(f"re-plan {n}: no plan ({reason}); keeping the running one")
-            self._record(record | {"status": "infeasible" if r.returncode == 2 else "failed", "detail": reason})
+        t0 = time.monotonic()
+        try:
+            run = self.planner(req)
+        except BouteError as exc:  # typed: no plan meets the targets, none confirmed, or the search broke
+            status = "infeasible" if isinstance(exc, InfeasibleError) else "failed"
+            self.say(f"re-plan {n}: no plan ({type(exc).__name__}: {exc}); keeping the running one")
+            record |= {"status": status, "detail": str(exc)}
+            self._record(record)
             self.detector.quiet(time.time())  # do not retry at once
-            return record
-        new = open_plan(out)
+            return Replanned(status, record, error=exc)
+        search_s = time.monotonic() - t0
+        return self._judge(run, obs, fast, before, w, fired, t_trigger, record, warm=len(warm), search_s=search_s)
+
+    def _judge(
+        self,
+        run: PlanRun,
+        obs: Scenario,
+        fast: FastEvaluator,
+        before: EvalResult | None,
+        w: Window,
+        fired: list[Trigger],
+        t_trigger: float,
+        record: dict[str, Any],
+        *,
+        warm: int,
+        search_s: float,
+    ) -> Replanned:
+        """The new plan against the running one under the observed load, then deploy, propose or keep."""
+        from boute.optimize.space import Candidate
+        from boute.sim import plan_cost
+
+        n, new, out = self.rounds, run.plan, run.path
         pred = new.predicted
         after = fast(
             Candidate(
@@ -184,7 +261,7 @@ class Autopilot:
             Judged(after.p95_latency_s, after.cost_per_hour, after.feasible),
         )
         gain = {
-            "warm_trials": len(warm),
+            "warm_trials": warm,
             "search_s": round(search_s, 2),
             "old_under_observed": None if before is None else {
                 "p95_latency_s": before.p95_latency_s, "cost_per_hour": before.cost_per_hour, "feasible": before.feasible,
@@ -198,38 +275,40 @@ class Autopilot:
         }  # fmt: skip
         record |= {
             "new_plan": new.model_dump(mode="json", exclude_none=True),
-            "gain": _json_safe(gain),
+            "gain": json_safe(gain),
             "detail": verdict.reason,
         }
         if not verdict.roll_out:
             self.say(f"re-plan {n}: the running plan stays ({verdict.reason})")
-            self._record(record | {"status": "kept", "wall_s": time.time() - t_trigger})
+            record |= {"status": "kept", "wall_s": time.time() - t_trigger}
+            self._record(record)
             self.detector.acknowledged(self._promise(self.plan, self.dir / DESIRED, rate_rps=obs.workload.rate_rps))
-            return record
-        if self.dry_run:
+            return Replanned("kept", record, run)
+        if self.dry_run or self.roll_out is None:
             self.say(f"re-plan {n} proposed (dry run; {verdict.reason}): {out}")
-            self._record(record | {"status": "proposed", "wall_s": time.time() - t_trigger})
+            record |= {"status": "proposed", "wall_s": time.time() - t_trigger}
+            self._record(record)
             self.detector.quiet(time.time())
-            return record
-        d = _boute("deploy", "up", str(out), "--dir", str(self.dir), "--target", str(self.cfg.get("target", "local")))
-        if d.returncode != 0:
-            reason = (d.stderr.strip().splitlines() or ["deploy failed"])[-1]
-            self.say(f"re-plan {n}: rollout failed ({reason})")
-            self._record(
-                record | {"status": "failed", "detail": f"rollout failed: {reason}", "wall_s": time.time() - t_trigger}
-            )
-            # `deploy up` may have written the new desired plan before its wait failed: the controller then
+            return Replanned("proposed", record, run)
+        try:
+            self.roll_out(out)
+        except BouteError as exc:
+            self.say(f"re-plan {n}: rollout failed ({exc})")
+            record |= {"status": "failed", "detail": f"rollout failed: {exc}", "wall_s": time.time() - t_trigger}
+            self._record(record)
+            # the rollout may have written the new desired plan before its wait failed: the controller then
             # converges on it, so judge against whatever desired.json now holds (and stay quiet a while)
             self.plan, self.sc = self._load(self.dir / DESIRED)
             self.detector.replanned(self._promise(self.plan, self.dir / DESIRED), time.time())
-            return record
+            return Replanned("failed", record, run, exc)
         live = time.time()
         self.plan, self.sc = self._load(self.dir / DESIRED)
         self.detector.replanned(self._promise(self.plan, self.dir / DESIRED), live)
-        self.warm_from = [name]
+        self.warm_from = [str(record["experiment"])]
         self.say(f"re-plan {n} live after {live - t_trigger:.1f} s (search {search_s:.1f} s; {verdict.reason}): {out}")
-        self._record(record | {"status": "deployed", "wall_s": live - t_trigger})
-        return record
+        record |= {"status": "deployed", "wall_s": live - t_trigger}
+        self._record(record)
+        return Replanned("deployed", record, run)
 
     def _record(self, row: dict[str, Any]) -> None:
         from boute.tracking import open_store
@@ -241,16 +320,12 @@ class Autopilot:
             store.close()
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Numbers as plain floats (NaN/inf as None), arrays as lists: what a JSON column takes."""
-    import math
-
-    import numpy as np
-
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple | np.ndarray):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, float | np.floating):
         return float(value) if math.isfinite(float(value)) else None
     if isinstance(value, np.integer):
