@@ -142,7 +142,8 @@ def _stats(errs: list[float]) -> dict[str, Any]:
 
 def summarise(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
     """Error figures by plan kind, overall and broken down (module doc)."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"failed_seeds": {s["seed"]: s["error"] for s in scenarios if "error" in s}}
+    scenarios = [s for s in scenarios if "error" not in s]
     for kind in ("random", "chosen-latency", "chosen-cost"):
         rows = [(s, r) for s in scenarios for r in s["rows"] if r["kind"] == kind]
         part: dict[str, Any] = {"all": _stats([r["error"] for _, r in rows])}
@@ -165,9 +166,17 @@ def summarise(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _safe(seed: int) -> dict[str, Any]:
+    """One seed's figures, or the error that stopped it (reported, never silently dropped)."""
+    try:
+        return evaluate_seed(seed)
+    except Exception as exc:  # a benchmark reports a failing seed and goes on
+        return {"seed": seed, "error": f"{type(exc).__name__}: {exc}", "rows": []}
+
+
 def run_seeds(seeds: range | list[int], workers: int = WORKERS) -> list[dict[str, Any]]:
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(evaluate_seed, seeds, chunksize=2))
+        return list(pool.map(_safe, seeds, chunksize=2))
 
 
 def run(quick: bool) -> dict[str, Any]:
