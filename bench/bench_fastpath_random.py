@@ -22,12 +22,15 @@ Seeds 0-99 are the ones any constant of the fast path may be tuned on; 100-299 a
 
 from __future__ import annotations
 
+import json
 import math
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+RESULTS = Path(__file__).parent / "results"
 SEEDS = range(300)
 QUICK_SEEDS = range(100, 124)
 TUNE_SEEDS = range(100)
@@ -37,12 +40,11 @@ WORKERS = 2
 LOAD_BANDS = ((0.0, 0.5, "util<0.5"), (0.5, 0.8, "util 0.5-0.8"), (0.8, 1.0, "util>=0.8"))
 
 
-def _row(kind: str, cand: Any, fast: Any, ev: Any, sim: Any, cap: float) -> dict[str, Any]:
+def _row(kind: str, index: int, cand: Any, fast: Any, ev: Any, sim: Any, cap: float) -> dict[str, Any]:
     util = max(fast.utilisation) if fast.utilisation else 0.0
     return {
         "kind": kind,
-        "fractions": [round(f, 4) for f in cand.fractions],
-        "deployment": [f"{g.tier}:{g.count}x{g.gpu}/tp{g.tp}pp{g.pp}" for g in cand.deployment],
+        "index": index,  # the plan is the index-th point decoded from the seed's stream (evaluate_seed)
         "cost_per_hour": round(cand.cost_per_hour, 3),
         "fast_p95_s": fast.p95_latency_s,
         "sim_p95_s": sim.p95_latency_s,
@@ -95,7 +97,7 @@ def evaluate_seed(seed: int) -> dict[str, Any]:
     for kind, i in picks:
         if i not in sims:
             sims[i] = se(cands[i])
-        rows.append(_row(kind, cands[i], raw(cands[i]), evs[i], sims[i], sc.targets.p95_latency_s))
+        rows.append(_row(kind, i, cands[i], raw(cands[i]), evs[i], sims[i], sc.targets.p95_latency_s))
     noise = None
     if meets:
         i = next(i for k, i in picks if k == "chosen-latency")
@@ -179,14 +181,62 @@ def run_seeds(seeds: range | list[int], workers: int = WORKERS) -> list[dict[str
         return list(pool.map(_safe, seeds, chunksize=2))
 
 
+def _short(x: Any) -> Any:
+    """Floats to 4 significant digits, recursively (the figures carry no more)."""
+    if isinstance(x, float):
+        return float(f"{x:.4g}") if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: _short(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_short(v) for v in x]
+    return x
+
+
+#: a row's fields in the order the per-scenario file lists them (a header line names them)
+ROW_FIELDS = (
+    "kind",
+    "index",
+    "cost_per_hour",
+    "fast_p95_s",
+    "sim_p95_s",
+    "error",
+    "fast_utilisation",
+    "fast_prefill_utilisation",
+    "fast_uncertain",
+    "fast_meets_targets",
+    "sim_meets_targets",
+    "sim_under_cap",
+    "sim_completed_share",
+)
+
+
+def write_scenarios(scenarios: list[dict[str, Any]], path: Path) -> None:
+    """Per-scenario figures, one JSON object a line, each row a list in :data:`ROW_FIELDS` order (the
+    summary file stays readable, this one small)."""
+    lines = [json.dumps({"row_fields": ROW_FIELDS})]
+    for s in scenarios:
+        flat = {**s, "rows": [[r[k] for k in ROW_FIELDS] for r in s["rows"]]}
+        lines.append(json.dumps(_short(flat), separators=(",", ":"), default=float))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def read_scenarios(path: Path) -> list[dict[str, Any]]:
+    """What :func:`write_scenarios` wrote, rows as dicts again."""
+    head, *body = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    fields = head["row_fields"]
+    return [{**s, "rows": [dict(zip(fields, r, strict=True)) for r in s["rows"]]} for s in body]
+
+
 def run(quick: bool) -> dict[str, Any]:
     seeds = QUICK_SEEDS if quick else SEEDS
     scenarios = run_seeds(seeds)
     held = [s for s in scenarios if s["seed"] not in TUNE_SEEDS]
+    details = RESULTS / f"fastpath_random_scenarios{'_quick' if quick else ''}.jsonl"
+    write_scenarios(scenarios, details)
     return {
         "goal": "report median and p90 |fast/sim - 1| of P95 on random scenarios, random and chosen plans",
         "seeds": f"{seeds.start}-{seeds.stop - 1}",
         "summary": summarise(scenarios),
         "summary_held_out": summarise(held) if len(held) < len(scenarios) else "all seeds are held out",
-        "scenarios": scenarios,
+        "scenarios": f"{details.name} (one scenario a line)",
     }
