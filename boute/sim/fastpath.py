@@ -70,8 +70,21 @@ class FastResult:
 
 # ---- caches: the optimiser calls us thousands of times with the same scenario and few replica types ----
 _CATALOGS: dict[int, tuple[Scenario, Catalog]] = {}
-_TIMINGS: dict[tuple, ReplicaTiming | str] = {}
+#: (catalog, timing or why the replica does not fit): the value keeps the catalog alive, so its id in the key
+#: cannot be reused by another catalog while the entry lives
+_TIMINGS: dict[tuple, tuple[Catalog, ReplicaTiming | str]] = {}
 _CAPS: dict[tuple, tuple[float, int]] = {}
+#: replica types kept before every cache is emptied: a timing table holds ~2 MB (one optimisation uses a few
+#: dozen types; a benchmark over hundreds of scenarios would otherwise grow by ~70 MB per scenario)
+MAX_TIMINGS = 192
+
+
+def _forget() -> None:
+    """Empty the caches keyed by a timing's id together with the timings: a freed timing's id may be reused."""
+    _TIMINGS.clear()
+    _CAPS.clear()
+    _LOAD.clear()
+    _TIER.clear()
 
 
 def _timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_running: int) -> ReplicaTiming:
@@ -83,13 +96,13 @@ def _timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_running
         _CATALOGS[id(scenario)] = entry
     cat = entry[1]
     key = (id(cat), g.model, g.gpu, g.tp, g.pp, g.dtype, chunk, max_running)
-    tm = _TIMINGS.get(key)
-    if tm is None:
+    hit = _TIMINGS.get(key)
+    if hit is None:
         perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)
-        tm = build_timing(perf, chunk, max_running) if perf.fits else perf.reason
-        if len(_TIMINGS) > 4096:
-            _TIMINGS.clear()
-        _TIMINGS[key] = tm
+        if len(_TIMINGS) >= MAX_TIMINGS:
+            _forget()
+        hit = _TIMINGS[key] = (cat, build_timing(perf, chunk, max_running) if perf.fits else perf.reason)
+    tm = hit[1]
     if isinstance(tm, str):
         raise InfeasibleError(f"{group_label(i, g)} cannot serve its model: {tm}")
     return tm
@@ -254,13 +267,15 @@ def _balance(
     mus = np.array([mu for _, _, mu, _ in groups])
     counts = np.array([n for _, n, _, _ in groups], dtype=float)
     cs, tot = _tier_curve(counts, mus, curves)
-    if float(tot[-1]) < lam:
-        lams = [lam * mu / total_cap for _, _, mu, _ in groups]  # beyond the curves: capacity-proportional
+    c = float(np.interp(lam, tot, cs))
+    lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
+    got = sum(n * x for n, x in zip(counts, lams, strict=True))
+    if float(tot[-1]) < lam or got <= 0:
+        # beyond the curves, or a load so light that the level falls inside the grid's first cell (no replica
+        # holds a request yet): capacity-proportional
+        lams = [lam * mu / total_cap for _, _, mu, _ in groups]
     else:
-        c = float(np.interp(lam, tot, cs))
-        lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
-        got = sum(n * x for n, x in zip(counts, lams, strict=True))
-        lams = [x * lam / got for x in lams] if got > 0 else lams
+        lams = [x * lam / got for x in lams]
     at = [_at(cv, x) for x, cv in zip(lams, curves, strict=True)]
     return at, [n * x / lam for (_, n, _, _), x in zip(groups, lams, strict=True)]
 
