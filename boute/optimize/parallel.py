@@ -27,9 +27,25 @@ POOLABLE = frozenset({"fast", "sim"})
 _worker_evaluator: Evaluator | None = None
 
 
-def _init(name: str, scenario_doc: dict[str, Any], mode: str, seed: int) -> None:
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when the search process is gone: a parent killed with SIGKILL runs no clean-up, and
+    a worker blocked on its task queue would otherwise idle on for ever."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="boute-parent-watch", daemon=True).start()
+
+
+def _init(name: str, scenario_doc: dict[str, Any], mode: str, seed: int, parent: int) -> None:
     global _worker_evaluator
     import torch
+
+    _exit_with_parent(parent)
 
     torch.set_num_threads(1)  # one core per worker: the pool is the parallelism
     _worker_evaluator = make_evaluator(name, Scenario.model_validate(scenario_doc), mode, seed)
@@ -74,7 +90,7 @@ class EvaluatorPool:
                 self.workers,
                 mp_context=ctx,
                 initializer=_init,
-                initargs=(self.evaluator.name, doc, self.evaluator.mode, self._seed),
+                initargs=(self.evaluator.name, doc, self.evaluator.mode, self._seed, os.getpid()),
             )
         return self._pool
 
