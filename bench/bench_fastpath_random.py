@@ -13,7 +13,9 @@ search space (``Space.decode``) are evaluated by the optimiser's fast evaluator,
   chooses, and exactly where the optimiser's curse bites: the plans the fast path rates best are the ones
   it is most optimistic about.
 
-The error of a row is ``fast P95 / simulated P95 - 1``; the summary gives the median and p90 of its
+The error of a row is ``fast P95 / simulated P95 - 1``, the fast path given what the simulation serves
+(each tier's routed share of the requests and their lengths); ``evaluator_error`` is FastEvaluator's own
+figure, which reads the quality policy's held-out shares and the whole workload's lengths. The summary gives the median and p90 of its
 absolute value and its signed median, overall and by length shape (prefill-heavy or not), arrivals
 (bursty or smooth) and load band (the fast path's busiest tier utilisation). The reference has noise of
 its own: ``sim_noise`` compares the chosen-latency plan's simulated P95 with a second workload seed.
@@ -70,6 +72,7 @@ def evaluate_seed(seed: int) -> dict[str, Any]:
     from boute.quality import quality_model_for
     from boute.scenarios.random import draw_scenario
     from boute.sim import fast_evaluate
+    from boute.workload import tier_workload_stats
 
     d = draw_scenario(seed)
     sc = d.scenario
@@ -82,12 +85,14 @@ def evaluate_seed(seed: int) -> dict[str, Any]:
 
     def raw(c: Any) -> Any:
         """The fast path's own result (FastEvaluator clips it and drops the flags) at the tier loads the
-        simulator sees: the shares of the workload's requests the router sends to each tier. FastEvaluator
+        simulator sees: the shares of the workload's requests the router sends to each tier, with each
+        tier's own prompt and answer lengths (``tier_stats``). FastEvaluator
         passes the policy's held-out shares instead, which differ (the largest tier's by up to ~25%:
         evaluator_p95_s shows what that costs)."""
         route = qm.assign(se.workload.prompt_index, np.asarray(c.fractions), mode="preroute", seed=se.seed)
         loads = list(np.bincount(route, minlength=len(tiers)) / max(len(route), 1))
-        return fast_evaluate(list(c.deployment), sc, fe.stats, loads, tiers)
+        lengths = tier_workload_stats(se.workload, route, len(tiers))
+        return fast_evaluate(list(c.deployment), sc, fe.stats, loads, tiers, tier_stats=lengths)
 
     cands, evs = [], []
     for _ in range(SEARCH):
@@ -166,6 +171,11 @@ def summarise(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
         for lo, hi, name in LOAD_BANDS:
             part[name] = _stats([r["error"] for _, r in rows if lo <= r["fast_utilisation"] < hi])
         part["sim_under_cap"] = _stats([r["error"] for _, r in rows if r["sim_under_cap"]])
+        # plans the fast path calls unstable (P95 infinite, left out of the figures above) and how often its
+        # verdict on the cap (P95 <= cap) is the simulator's
+        part["fast_unstable_rows"] = sum(not math.isfinite(r["fast_p95_s"]) for _, r in rows)
+        verdicts = [(r["fast_p95_s"] <= s["p95_cap_s"]) == r["sim_under_cap"] for s, r in rows]
+        part["cap_verdict_agrees"] = round(float(np.mean(verdicts)), 3) if verdicts else None
         part["not_flagged"] = _stats([r["error"] for _, r in rows if not r["fast_uncertain"]])
         # the simulator keeps up with the offered rate over its window (a steady state exists)
         part["sim_keeps_up"] = _stats([r["error"] for _, r in rows if r["sim_throughput_share"] >= 0.95])
