@@ -375,7 +375,7 @@ def fast_evaluate(
             burst = wq * (gg - 1.0)
             # the prompts queued behind a request when its prefill ends were sent to its replica while it was
             # busy: the balancer pools those too (the decode-start wait is that queue's busy period)
-            a += (wq + start) * (pool - 1.0) + burst + start * (gg - 1.0)
+            a += (wq + start) * (pool - 1.0) + burst
             wq = wq * pool + burst
             extra_var = (wvar * pool + max(ln.mean_out - 1.0, 0.0) * svar) * gg * gg
             comps.append((k, share, a, tau, wq, extra_var))
