@@ -13,7 +13,9 @@ search space (``Space.decode``) are evaluated by the optimiser's fast evaluator,
   chooses, and exactly where the optimiser's curse bites: the plans the fast path rates best are the ones
   it is most optimistic about.
 
-The error of a row is ``fast P95 / simulated P95 - 1``; the summary gives the median and p90 of its
+The error of a row is ``fast P95 / simulated P95 - 1``, the fast path given what the simulation serves
+(each tier's routed share of the requests and their lengths); ``evaluator_error`` is FastEvaluator's own
+figure, which reads the quality policy's held-out shares and the whole workload's lengths. The summary gives the median and p90 of its
 absolute value and its signed median, overall and by length shape (prefill-heavy or not), arrivals
 (bursty or smooth) and load band (the fast path's busiest tier utilisation). The reference has noise of
 its own: ``sim_noise`` compares the chosen-latency plan's simulated P95 with a second workload seed.
@@ -40,15 +42,19 @@ WORKERS = 2
 LOAD_BANDS = ((0.0, 0.5, "util<0.5"), (0.5, 0.8, "util 0.5-0.8"), (0.8, 1.0, "util>=0.8"))
 
 
-def _row(kind: str, index: int, cand: Any, fast: Any, ev: Any, sim: Any, cap: float) -> dict[str, Any]:
+def _row(kind: str, index: int, cand: Any, fast: Any, ev: Any, sim: Any, cap: float, rate: float) -> dict[str, Any]:
     util = max(fast.utilisation) if fast.utilisation else 0.0
     return {
         "kind": kind,
         "index": index,  # the plan is the index-th point decoded from the seed's stream (evaluate_seed)
         "cost_per_hour": round(cand.cost_per_hour, 3),
         "fast_p95_s": fast.p95_latency_s,
+        "evaluator_p95_s": ev.p95_latency_s,
         "sim_p95_s": sim.p95_latency_s,
         "error": fast.p95_latency_s / sim.p95_latency_s - 1.0 if sim.p95_latency_s > 0 else math.inf,
+        "evaluator_error": ev.p95_latency_s / sim.p95_latency_s - 1.0 if sim.p95_latency_s > 0 else math.inf,
+        # completions per second over the offered rate (the simulator's window skips warm-up and drain)
+        "sim_throughput_share": round(sim.throughput_rps / rate, 4),
         "fast_utilisation": round(util, 4),
         "fast_prefill_utilisation": round(fast.prefill_utilisation, 4),
         "fast_uncertain": fast.uncertain,
@@ -61,11 +67,12 @@ def _row(kind: str, index: int, cand: Any, fast: Any, ev: Any, sim: Any, cap: fl
 
 def evaluate_seed(seed: int) -> dict[str, Any]:
     """Draw scenario ``seed``, pick its random and chosen plans with the fast path, simulate them."""
-    from boute.optimize.evaluators import FastEvaluator, SimEvaluator, policy_of
+    from boute.optimize.evaluators import FastEvaluator, SimEvaluator
     from boute.optimize.space import Space
     from boute.quality import quality_model_for
     from boute.scenarios.random import draw_scenario
     from boute.sim import fast_evaluate
+    from boute.workload import tier_workload_stats
 
     d = draw_scenario(seed)
     sc = d.scenario
@@ -76,10 +83,16 @@ def evaluate_seed(seed: int) -> dict[str, Any]:
     space = Space.build(sc)
     rng = np.random.default_rng([seed, 27])
 
-    def raw(c: Any) -> Any:  # the fast path's own result (FastEvaluator clips and drops the flags)
-        return fast_evaluate(
-            list(c.deployment), sc, fe.stats, list(policy_of(qm, "preroute", c.fractions).visits), tiers
-        )
+    def raw(c: Any) -> Any:
+        """The fast path's own result (FastEvaluator clips it and drops the flags) at the tier loads the
+        simulator sees: the shares of the workload's requests the router sends to each tier, with each
+        tier's own prompt and answer lengths (``tier_stats``). FastEvaluator
+        passes the policy's held-out shares instead, which differ (the largest tier's by up to ~25%:
+        evaluator_p95_s shows what that costs)."""
+        route = qm.assign(se.workload.prompt_index, np.asarray(c.fractions), mode="preroute", seed=se.seed)
+        loads = list(np.bincount(route, minlength=len(tiers)) / max(len(route), 1))
+        lengths = tier_workload_stats(se.workload, route, len(tiers))
+        return fast_evaluate(list(c.deployment), sc, fe.stats, loads, tiers, tier_stats=lengths)
 
     cands, evs = [], []
     for _ in range(SEARCH):
@@ -97,7 +110,9 @@ def evaluate_seed(seed: int) -> dict[str, Any]:
     for kind, i in picks:
         if i not in sims:
             sims[i] = se(cands[i])
-        rows.append(_row(kind, i, cands[i], raw(cands[i]), evs[i], sims[i], sc.targets.p95_latency_s))
+        rows.append(
+            _row(kind, i, cands[i], raw(cands[i]), evs[i], sims[i], sc.targets.p95_latency_s, sc.workload.rate_rps)
+        )
     noise = None
     if meets:
         i = next(i for k, i in picks if k == "chosen-latency")
@@ -156,7 +171,16 @@ def summarise(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
         for lo, hi, name in LOAD_BANDS:
             part[name] = _stats([r["error"] for _, r in rows if lo <= r["fast_utilisation"] < hi])
         part["sim_under_cap"] = _stats([r["error"] for _, r in rows if r["sim_under_cap"]])
+        # plans the fast path calls unstable (P95 infinite, left out of the figures above) and how often its
+        # verdict on the cap (P95 <= cap) is the simulator's
+        part["fast_unstable_rows"] = sum(not math.isfinite(r["fast_p95_s"]) for _, r in rows)
+        verdicts = [(r["fast_p95_s"] <= s["p95_cap_s"]) == r["sim_under_cap"] for s, r in rows]
+        part["cap_verdict_agrees"] = round(float(np.mean(verdicts)), 3) if verdicts else None
         part["not_flagged"] = _stats([r["error"] for _, r in rows if not r["fast_uncertain"]])
+        # the simulator keeps up with the offered rate over its window (a steady state exists)
+        part["sim_keeps_up"] = _stats([r["error"] for _, r in rows if r["sim_throughput_share"] >= 0.95])
+        # FastEvaluator's own figure: the policy's held-out tier shares instead of the routed workload's
+        part["evaluator"] = _stats([r["evaluator_error"] for _, r in rows])
         if kind != "random":
             # the optimiser's curse: a plan the fast path says meets the targets that the simulator rejects
             part["sim_rejects"] = sum(not r["sim_meets_targets"] for _, r in rows)
@@ -198,8 +222,11 @@ ROW_FIELDS = (
     "index",
     "cost_per_hour",
     "fast_p95_s",
+    "evaluator_p95_s",
     "sim_p95_s",
     "error",
+    "evaluator_error",
+    "sim_throughput_share",
     "fast_utilisation",
     "fast_prefill_utilisation",
     "fast_uncertain",

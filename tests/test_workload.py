@@ -126,7 +126,11 @@ def test_deterministic_for_a_seed(sc) -> None:  # type: ignore[no-untyped-def]
 def test_workload_stats(sc) -> None:  # type: ignore[no-untyped-def]
     w = build_workload(sc, rate_rps=40, duration_s=60)
     st = workload_stats(w)
-    assert st.rate_rps == 40
+    # the workload's own rate: the replayed trace window's local rate, not the nominal 40
+    assert st.rate_rps == pytest.approx(len(w) / 60) and st.rate_rps != 40 and 30 < st.rate_rps < 50
+    poisson = sc.workload.model_copy(update={"arrivals": sc.workload.arrivals.model_copy(update={"kind": "poisson"})})
+    wp = build_workload(sc.model_copy(update={"workload": poisson}), rate_rps=40, duration_s=600)
+    assert workload_stats(wp).rate_rps == pytest.approx(40, rel=0.05)
     assert st.mean_input == pytest.approx(w.input_tokens.mean())
     assert st.output_sq_mean >= st.mean_output**2
     assert st.p95_output >= st.mean_output

@@ -25,7 +25,8 @@ to break their figures down. Everything is drawn from real parts the project shi
   inventory's price, where it would not bind).
 
 A draw the hardware cannot serve (a tier fits no GPU type within the budget) is redrawn from the same
-stream, so every seed gives a valid scenario. The horizon holds ~6,000 requests (20-1,800 s).
+stream, so every seed gives a valid scenario. The horizon is 60-1,800 s: at least 6,000 requests and 20 P95
+caps (to reach a steady state), at most 60,000 requests past the first minute.
 """
 
 from __future__ import annotations
@@ -68,9 +69,13 @@ SHAPES: dict[str, tuple[float, str, tuple[float, float], tuple[float, float]]] =
 ARRIVALS: dict[str, float] = {"poisson": 0.4, "gamma": 0.3, "trace": 0.3}
 GAMMA_CV = (1.5, 3.0)
 LOAD_RANGE = (0.20, 0.95)
-#: requests a simulation of the scenario's horizon holds (the horizon is clipped to HORIZON_S)
-REQUESTS = 6000
-HORIZON_S = (20.0, 1800.0)
+#: the horizon: at least MIN_REQUESTS requests and CAP_HORIZONS times the P95 cap (a simulation must reach
+#: its steady state: at 20 s, plans with P95s near 20 s were still filling up), at most MAX_REQUESTS
+#: requests beyond the first HORIZON_S[0] seconds, within HORIZON_S
+MIN_REQUESTS = 6000
+MAX_REQUESTS = 60000
+CAP_HORIZONS = 20.0
+HORIZON_S = (60.0, 1800.0)
 MAX_INPUT = 8192
 
 
@@ -210,11 +215,10 @@ def draw_scenario(seed: int, *, max_tries: int = 64) -> ScenarioDraw:
         rate = load * est.rate_rps
         doc["cluster"]["budget_per_hour"] = round(est.budget, 2)
         doc["workload"]["rate_rps"] = round(rate, 4)
-        doc["workload"]["duration_s"] = round(float(np.clip(REQUESTS / rate, *HORIZON_S)), 1)
-        doc["targets"] = {
-            "quality_floor": round(floor, 4),
-            "p95_latency_s": round(est.idle_p95_s * _loguniform(rng, 2.0, 10.0), 3),
-        }
+        cap = round(est.idle_p95_s * _loguniform(rng, 2.0, 10.0), 3)
+        horizon = min(max(MIN_REQUESTS / rate, CAP_HORIZONS * cap), MAX_REQUESTS / rate)
+        doc["workload"]["duration_s"] = round(float(np.clip(horizon, *HORIZON_S)), 1)
+        doc["targets"] = {"quality_floor": round(floor, 4), "p95_latency_s": cap}
         sc = Scenario.model_validate(doc)
         return ScenarioDraw(seed, sc, shape, kind, cv, load, est.rate_rps, stats.mean_input, stats.mean_output)
     raise InfeasibleError(f"seed {seed}: no serviceable hardware mix in {max_tries} draws")

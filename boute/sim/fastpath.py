@@ -213,6 +213,7 @@ def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float],
             [q.stall_var_per_token for q in pqs],
             [q.work_rho for q in pqs],
             [q.wait_mean for q in pqs],
+            [q.decode_start_wait for q in pqs],
         )
     return hit
 
@@ -243,8 +244,9 @@ def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.n
 
 
 def _at(cv: tuple[list[float], ...], lam: float) -> tuple[float, ...]:
-    """(A, tau, wait variance, stall variance per token, prefill utilisation, mean prefill wait) at ``lam``."""
-    return tuple(float(np.interp(lam, cv[1], cv[k])) for k in (2, 3, 4, 5, 6, 7))
+    """(A, tau, wait variance, stall variance per token, prefill utilisation, mean prefill wait, decode-start
+    wait) at ``lam``."""
+    return tuple(float(np.interp(lam, cv[1], cv[k])) for k in (2, 3, 4, 5, 6, 7, 8))
 
 
 def _balance(
@@ -291,20 +293,33 @@ def fast_evaluate(
     judge_delay_s: float = JUDGE_DELAY_S,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     max_running: int = DEFAULT_MAX_RUNNING,
+    tier_stats: Sequence[WorkloadStats] | None = None,
 ) -> FastResult:
-    """Approximate latency quantiles, capacity and cost of a deployment under a tier split (module doc)."""
-    ln = Lengths(stats.mean_input, stats.input_sq_mean, stats.mean_output, stats.output_sq_mean)
+    """Approximate latency quantiles, capacity and cost of a deployment under a tier split (module doc).
+
+    ``tier_stats``: the length moments of the requests each tier serves, where routing sorts prompts by
+    difficulty and so by length (:func:`boute.workload.tier_workload_stats`); their rate and arrival
+    coefficient of variation are not read (``stats`` gives the stream's). Default: every tier sees
+    ``stats``' lengths. With a learned router the largest tier's prompts ran ~45% longer than the
+    average on GSM8K lengths, so the default understates its load. In cascade mode the path latency uses
+    ``stats``' answer lengths and each tier's load curves its own.
+    """
     rate = stats.rate_rps
     tiers = list(tiers)
     visits = [float(v) for v in tier_visits]
+    if tier_stats is not None and len(tier_stats) != len(tiers):
+        raise ValueError(f"tier_stats: expected {len(tiers)} entries (one per tier), got {len(tier_stats)}")
+    by_tier = list(tier_stats) if tier_stats is not None else [stats] * len(tiers)
+    lns = [Lengths(t.mean_input, t.input_sq_mean, t.mean_output, t.output_sq_mean) for t in by_tier]
     cost = plan_cost(deployment, scenario)
     per_tier: list[list[tuple[ReplicaTiming, int, float, int]]] = [[] for _ in tiers]
     for i, g in enumerate(deployment):
         if g.tier not in tiers:
             continue
+        k = tiers.index(g.tier)
         tm = _timing(i, g, scenario, chunk_tokens, max_running)
-        mu, slots = _capacity(tm, ln)
-        per_tier[tiers.index(g.tier)].append((tm, g.count, mu, slots))
+        mu, slots = _capacity(tm, lns[k])
+        per_tier[k].append((tm, g.count, mu, slots))
     util = []
     for k, groups in enumerate(per_tier):
         cap = sum(c * mu for _, c, mu, _ in groups)
@@ -318,9 +333,11 @@ def fast_evaluate(
         return FastResult(inf, inf, inf, rate / worst, capacity, tuple(util), False, cost, conf)
 
     var_o = max(stats.output_sq_mean - stats.mean_output**2, 1e-6)
-    cs2 = var_o / stats.mean_output**2
     ca2 = stats.arrival_cv**2
-    cs2_pf = max(stats.input_sq_mean / max(stats.mean_input**2, 1e-9) - 1.0, 0.0)  # prefill time ~ prompt length
+    # per tier: answer-length variance and its squared cv, the prompts' squared cv (prefill time ~ length)
+    var_k = [max(t.output_sq_mean - t.mean_output**2, 1e-6) for t in by_tier]
+    cs2_k = [v / t.mean_output**2 for v, t in zip(var_k, by_tier, strict=True)]
+    cs2_pf_k = [max(t.input_sq_mean / max(t.mean_input**2, 1e-9) - 1.0, 0.0) for t in by_tier]
     # per tier: load-weighted fixed part A, per-token time tau, and slot-wait moments
     tier_a: list[float] = []
     tier_tau: list[float] = []
@@ -336,17 +353,19 @@ def fast_evaluate(
             continue
         rho = util[k]
         slots = sum(c * s for _, c, _, s in groups)
+        ln = lns[k]
+        cs2, cs2_pf = cs2_k[k], cs2_pf_k[k]
         at, shares = _balance(groups, lam_k, ln)
         ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
         a_sum = tau_sum = svc = 0.0
         # the balancer sends each request to the replica with the fewest outstanding ones, so the tier's
         # prefill stages pool: a prompt waits only when the replicas it could go to are all prefilling
-        prefill_rho_k = sum(sh * prho for sh, (_, _, _, _, prho, _) in zip(shares, at, strict=True))
+        prefill_rho_k = sum(sh * prho for sh, (_, _, _, _, prho, _, _) in zip(shares, at, strict=True))
         pool = _pooling(sum(c for _, c, _, _ in groups), prefill_rho_k)
-        for (_, count, _, _), (a, tau, wvar, svar, prho, wq), share in zip(groups, at, shares, strict=True):
+        for (_, count, _, _), (a, tau, wvar, svar, prho, wq, start), share in zip(groups, at, shares, strict=True):
             a_sum += share * a
             tau_sum += share * tau
-            svc += share * (a + tau * (stats.mean_output - 1))
+            svc += share * (a + tau * (ln.mean_out - 1))
             # the curves assume Poisson arrivals (M/G/1 prefill stage); Kingman's G/G/1 factor scales the
             # prefill wait and the clustering of the prefills that stall decoding for burstier arrivals. A
             # replica sees the tier's stream thinned to its share p (Whitt: ca2 = 1 + p (ca2_tier - 1)).
@@ -354,9 +373,11 @@ def fast_evaluate(
             ca2_rep = 1.0 + (ca2_k - 1.0) * share / count
             gg = (ca2_rep + cs2_pf) / (1.0 + cs2_pf)
             burst = wq * (gg - 1.0)
-            a += wq * (pool - 1.0) + burst
+            # the prompts queued behind a request when its prefill ends were sent to its replica while it was
+            # busy: the balancer pools those too (the decode-start wait is that queue's busy period)
+            a += (wq + start) * (pool - 1.0) + burst
             wq = wq * pool + burst
-            extra_var = (wvar * pool + max(stats.mean_output - 1.0, 0.0) * svar) * gg * gg
+            extra_var = (wvar * pool + max(ln.mean_out - 1.0, 0.0) * svar) * gg * gg
             comps.append((k, share, a, tau, wq, extra_var))
             prefill_rho = max(prefill_rho, prho)
         p_wait = _erlang_c(slots, rho)
@@ -386,8 +407,8 @@ def fast_evaluate(
             # the prefill-stage wait is random: it joins the gamma-shaped variable part, not the shift
             w_l.append(visits[k] * share)
             s_l.append(a - wq - tau)
-            m_l.append(tau * stats.mean_output + tier_w1[k] + wq)
-            v_l.append(tau * tau * var_o + tier_w2[k] - tier_w1[k] ** 2 + extra_var)
+            m_l.append(tau * lns[k].mean_out + tier_w1[k] + wq)
+            v_l.append(tau * tau * var_k[k] + tier_w2[k] - tier_w1[k] ** 2 + extra_var)
     w = np.asarray(w_l)
     shift = np.asarray(s_l)
     m = np.maximum(np.asarray(m_l), 1e-9)
