@@ -18,8 +18,8 @@ from boute.replan.window import Window, group_key
 from boute.serving.bundle import copy_plan, open_plan
 from boute.tracking import open_store
 
-#: a quick search: random proposals on the small scenario, confirmed by the simulator
-QUICK = {"scenario": "builtin:small-live", "strategy": "random", "max_evals": 8, "patience": None}
+#: a quick search: random proposals on the small scenario scored by the fast path, confirmed by the simulator
+QUICK = {"scenario": "builtin:small-live", "strategy": "random", "evaluator": "fast", "max_evals": 8, "patience": None}
 
 
 @pytest.fixture(scope="module")

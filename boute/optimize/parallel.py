@@ -14,9 +14,11 @@ import multiprocessing as mp
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
-from boute.errors import BouteError
+from boute.errors import BouteError, WorkerError
 from boute.optimize.evaluators import EvalResult, Evaluator, make_evaluator
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
@@ -41,14 +43,31 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="boute-parent-watch", daemon=True).start()
 
 
-def _init(name: str, scenario_doc: dict[str, Any], mode: str, seed: int, parent: int) -> None:
+def portable(scenario: Scenario) -> tuple[dict[str, Any], str | None, str]:
+    """What a worker process rebuilds ``scenario`` from (a scenario's catalog does not pickle): its document,
+    the file it came from (its relative references, the router and calibration files of a plan's bundle,
+    resolve against that file's folder) and its reference."""
+    src = scenario.source
+    return scenario.model_dump(mode="json"), None if src is None else str(src), scenario.reference
+
+
+def rebuilt(doc: dict[str, Any], source: str | None, reference: str) -> Scenario:
+    """The scenario :func:`portable` describes, its file references resolving as in the parent process."""
+    from boute.specs.scenario import scenario_from_mapping
+
+    if source is None:
+        return Scenario.model_validate(doc)
+    return scenario_from_mapping(doc, Path(source), reference)
+
+
+def _init(name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str, seed: int, parent: int) -> None:
     global _worker_evaluator
     import torch
 
     _exit_with_parent(parent)
 
     torch.set_num_threads(1)  # one core per worker: the pool is the parallelism
-    _worker_evaluator = make_evaluator(name, Scenario.model_validate(scenario_doc), mode, seed)
+    _worker_evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
 
 
 def _evaluate(cand: Candidate) -> EvalResult | BouteError:
@@ -85,12 +104,11 @@ class EvaluatorPool:
         if self._pool is None:
             # spawn: a clean interpreter per worker (forking a process that holds torch threads can deadlock)
             ctx = mp.get_context("spawn")
-            doc = self._scenario.model_dump(mode="json")
             self._pool = ProcessPoolExecutor(
                 self.workers,
                 mp_context=ctx,
                 initializer=_init,
-                initargs=(self.evaluator.name, doc, self.evaluator.mode, self._seed, os.getpid()),
+                initargs=(self.evaluator.name, portable(self._scenario), self.evaluator.mode, self._seed, os.getpid()),
             )
         return self._pool
 
@@ -103,7 +121,11 @@ class EvaluatorPool:
                 except BouteError as exc:
                     out.append(exc)
             return out
-        return list(self._executor().map(_evaluate, cands))
+        try:
+            return list(self._executor().map(_evaluate, cands))
+        except BrokenProcessPool as exc:  # a worker died or its initialiser raised (its reason is on stderr)
+            self._pool = None
+            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
 
     def close(self) -> None:
         """Stop the workers (idempotent)."""

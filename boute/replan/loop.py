@@ -207,6 +207,9 @@ class Autopilot:
             mode=mode,
             objective=objective.name,
             prefer=objective.prefer if objective.name == "pareto" else None,
+            # a re-plan answers a trigger: the fast path searches on from the warm trials it scored (one
+            # evaluator per experiment), and the simulator confirms before anything is proposed or rolled out
+            evaluator="fast",
         )
         record: dict[str, Any] = {
             "deployment": str(self.dir),
