@@ -24,7 +24,8 @@ def _value(r: Any, objective: str) -> float:
     return float(r.p95_latency_s if objective == "latency" else r.cost_per_hour)
 
 
-def _one(sc: Any, strategy: str, objective: str, seed: int, budget_s: float) -> dict[str, Any]:
+def search_once(sc: Any, strategy: str, objective: str, seed: int, budget_s: float) -> dict[str, Any]:
+    """One search of ``sc`` by ``strategy`` under a wall budget, judged by the simulator (module doc)."""
     from boute.optimize import session
     from boute.optimize.evaluators import make_evaluator
 
@@ -32,7 +33,9 @@ def _one(sc: Any, strategy: str, objective: str, seed: int, budget_s: float) -> 
     se = make_evaluator("sim", sc, seed=seed, quality_model=fe.quality_model)
     t0 = time.perf_counter()
     if strategy == "mobo-fast":
-        out = session.optimize(sc, strategy="mobo", evaluator=fe, objective=objective, seed=seed, time_budget_s=budget_s)
+        out = session.optimize(
+            sc, strategy="mobo", evaluator=fe, objective=objective, seed=seed, time_budget_s=budget_s
+        )
         if out.chosen is not None:
             session.confirm(out, se, max_evals=12, seed=seed, prior=fe)
         final = out.final
@@ -83,7 +86,7 @@ def run(quick: bool = True) -> dict[str, Any]:
         runs = []
         for seed in range(seeds):  # strategies interleaved per seed: the machine's load hits them alike
             for strategy in ("mobo", "random", "nsga2", "mobo-fast"):
-                r = _one(sc, strategy, objective, seed, budget)
+                r = search_once(sc, strategy, objective, seed, budget)
                 print(f"[optimize_wall] {scen} {objective} {r}", flush=True)
                 runs.append(r)
         vals = [r["value"] for r in runs if r["value"] is not None]

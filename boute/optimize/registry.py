@@ -64,6 +64,7 @@ STRATEGIES.register("mobo", "boute.optimize.mobo:MoboStrategy", "exact quality +
 STRATEGIES.register("mobo-gp", "boute.optimize.mobo_gp:GPMoboStrategy", "GPs for quality and latency")
 STRATEGIES.register("random", "boute.optimize.baselines:RandomStrategy", "uniform random plans")
 STRATEGIES.register("nsga2", "boute.optimize.baselines:NSGA2Strategy", "NSGA-II")
+STRATEGIES.register("tpe", "boute.optimize.tpe:TPEStrategy", "Optuna's constrained TPE")
 
 
 def make_strategy(name: str, space: Any, seed: int = 0, **options: Any) -> Any:

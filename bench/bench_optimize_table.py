@@ -1,0 +1,123 @@
+"""Strategies x wall budgets x scenarios x objectives, judged by the simulator (issue 27's table).
+
+Every strategy searches with the simulator as its objective (MOBO with the fast path as its GP's prior),
+proposals in batches of 4 evaluated by a pool of worker processes (one per core), and stops at the wall
+budget; the figure is the simulator's P95 (``latency``) or $/h (``cost``) of the plan it chose, so no search is
+judged by its own optimism. One run per (scenario, objective, budget, strategy, seed), strategies interleaved
+per seed so the machine's load hits them alike.
+
+Scenarios: the built-in one (``paper-gsm8k``), the 3-tier one, a long-prompt one (code-completion lengths,
+prefill-heavy), an MT-Bench one and a random one (:func:`boute.scenarios.random.random_scenario`, seed 1000:
+the first seed past the ranges the fast-path benches used). Strategies: ``mobo`` (the default), ``random``,
+``nsga2`` (pymoo) and ``tpe`` (Optuna's constrained TPE). "Best known" is the best plan any run of the row's
+scenario and objective found, at any budget.
+
+Runs are appended to ``bench/results/optimize_table_runs.jsonl`` as they finish and a run already there is
+not repeated, so the table grows across sessions: ``BOUTE_TABLE_BUDGETS`` (default ``30,120``) and
+``BOUTE_TABLE_SEEDS`` (default 5) say what to fill. Wall times are on the shared 2-core machine, whatever else
+ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.bench_optimize_wall import search_once
+
+RUNS = Path(__file__).parent / "results" / "optimize_table_runs.jsonl"
+SCENARIOS = (
+    "builtin:paper-gsm8k",
+    "builtin:three-tier-mix",
+    "experiments/scenarios/long-prompt.yaml",
+    "experiments/scenarios/mtbench-f81.yaml",
+    "random:1000",
+)
+STRATEGIES = ("mobo", "random", "nsga2", "tpe")
+OBJECTIVES = ("latency", "cost")
+
+
+def _load(ref: str) -> Any:
+    from boute.scenarios.random import random_scenario
+    from boute.specs import load_scenario
+
+    return random_scenario(int(ref.removeprefix("random:"))) if ref.startswith("random:") else load_scenario(ref)
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["scenario"], r["objective"], r["budget_s"], r["strategy"], r["seed"])
+
+
+def _done() -> dict[tuple[Any, ...], dict[str, Any]]:
+    if not RUNS.exists():
+        return {}
+    rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    return {_key(r): r for r in rows}
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (scenario, objective, budget): each strategy's median and its gap to the best known plan."""
+    best: dict[tuple[str, str], float] = {}
+    for r in runs:
+        if r["value"] is not None:
+            k = (r["scenario"], r["objective"])
+            best[k] = min(best.get(k, np.inf), r["value"])
+    rows: dict[str, Any] = {}
+    for sc, obj, budget in sorted({(r["scenario"], r["objective"], r["budget_s"]) for r in runs}):
+        here = [r for r in runs if (r["scenario"], r["objective"], r["budget_s"]) == (sc, obj, budget)]
+        ref = best.get((sc, obj))
+        per: dict[str, Any] = {}
+        for s in STRATEGIES:
+            vals = [r["value"] for r in here if r["strategy"] == s]
+            finite = [v for v in vals if v is not None]
+            med = None if not finite or len(finite) < len(vals) / 2 else float(np.median(finite))
+            per[s] = {
+                "values": vals,
+                "median": med,
+                "gap_to_best_known": None if med is None or ref is None else round(med / ref - 1, 4),
+                "no_plan": sum(v is None for v in vals),
+                "median_evaluations": float(np.median([r["evaluations"] for r in here if r["strategy"] == s]))
+                if vals
+                else None,
+            }
+        meds = {s: v["median"] for s, v in per.items() if v["median"] is not None}
+        rows[f"{sc}/{obj}/{budget:g}s"] = {
+            "best_known": ref,
+            "winner": min(meds, key=lambda s: meds[s]) if meds else None,
+            "seeds": max((len(v["values"]) for v in per.values()), default=0),
+            "strategies": per,
+        }
+    return rows
+
+
+def run(quick: bool = True) -> dict[str, Any]:
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(2)
+    budgets = [float(b) for b in os.environ.get("BOUTE_TABLE_BUDGETS", "30,120").split(",")]
+    seeds = int(os.environ.get("BOUTE_TABLE_SEEDS", "1" if quick else "5"))
+    scenarios = SCENARIOS[:2] if quick else SCENARIOS
+    done = _done()
+    RUNS.parent.mkdir(parents=True, exist_ok=True)
+    for budget in budgets:
+        for seed in range(seeds):
+            for ref in scenarios:
+                sc = _load(ref)
+                for objective in OBJECTIVES:
+                    for strategy in STRATEGIES:
+                        key = (ref, objective, budget, strategy, seed)
+                        if key in done:
+                            continue
+                        r = {"scenario": ref, "objective": objective, "budget_s": budget}
+                        r |= search_once(sc, strategy, objective, seed, budget)
+                        print(f"[optimize_table] {r}", flush=True)
+                        with RUNS.open("a") as f:
+                            f.write(json.dumps(r) + "\n")
+                        done[key] = r
+    return {"budgets_s": budgets, "seeds": seeds, "rows": summarise(list(done.values()))}
