@@ -1,5 +1,6 @@
 # BOute: every target sets up its own project-local virtualenv (.venv) on first use.
-# torch is pinned to the CPU build by constraints.txt, so pip never pulls a multi-GB CUDA wheel here.
+# constraints.txt pins every package to the version the suite was tested with (`make lock` regenerates it);
+# torch is installed first, from it, so pip never pulls a multi-GB CUDA wheel here.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -21,16 +22,22 @@ WHEELHOUSE ?= $(HOME)/.cache/boute/wheels
 LLAMA_CPP  := llama-cpp-python==0.3.36
 ENGINES    := $(VENV)/.engines-installed
 
-.PHONY: install engines demo test test-fast bench lint format experiments clean
+.PHONY: install lock engines demo test test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt torch
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+## Re-pin constraints.txt to what .venv holds (after installing a new version there and running the tests).
+## No install first: the point is to record the venv as it is.
+lock:
+	@test -x $(BIN)/python || { echo "no $(VENV): run make install first"; exit 1; }
+	$(BIN)/python tools/lock.py --out constraints.txt
 
 ## Build the llama.cpp engine once (cached in WHEELHOUSE) and install it with the model package.
 engines: $(ENGINES)

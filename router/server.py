@@ -19,7 +19,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
     import uvicorn
 
     from router.app import create_app, fast_app
-    from router.http_protocol import gateway_protocol
+    from router.uvicorn_compat import gateway_http
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -27,8 +27,9 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
         host=host,
         port=port,
         loop="uvloop",
-        # httptools; completion requests served from the parser callbacks, one write per response
-        http=gateway_protocol(app.state.gateway),
+        # httptools; completion requests served from the parser callbacks, one write per response (the stock
+        # httptools protocol, with one warning, where the installed uvicorn lacks the internals: uvicorn_compat)
+        http=gateway_http(app.state.gateway),
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=int(settings.drain_timeout_s),

@@ -1,0 +1,1 @@
+"""Maintenance scripts run from the repository (not shipped with the package)."""
