@@ -40,6 +40,15 @@ class ReadinessError(BouteError):
     """A replica did not answer its health URL in time, or exited before it did."""
 
 
+#: flags whose value is a secret: logged as "***" (SGLang's --api-key carries BOUTE_REPLICA_TOKEN)
+SECRET_FLAGS = frozenset({"--api-key"})
+
+
+def shown_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` as the log shows it: the values of :data:`SECRET_FLAGS` masked."""
+    return ["***" if i and argv[i - 1] in SECRET_FLAGS else a for i, a in enumerate(argv)]
+
+
 @dataclass(frozen=True)
 class ProcessSpec:
     """What to run for one replica: a name (log file, messages), argv, extra env and its health URL."""
@@ -138,7 +147,7 @@ class SupervisedProcess:
         assert self._log is not None
         self.starts += 1
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self._log.write(f"=== start #{self.starts} at {stamp}: {' '.join(self.spec.argv)}\n".encode())
+        self._log.write(f"=== start #{self.starts} at {stamp}: {' '.join(shown_argv(self.spec.argv))}\n".encode())
         self._log.flush()
         env = {**os.environ, **self.spec.env}
         with self._lock:

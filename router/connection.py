@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from boute.serving.auth import bearer
 from router.upstream_errors import BadResponse, Disconnected, ReadTimeout, UpstreamError
 
 if TYPE_CHECKING:
@@ -29,11 +30,12 @@ HIGH_WATER = 1 << 16
 
 
 class Endpoint:
-    """A replica's address, parsed once: host, port, TLS, path prefix and the header blocks per path."""
+    """A replica's address, parsed once: host, port, TLS, path prefix and the header blocks per path, which
+    carry the replicas' bearer token when there is one (:mod:`boute.serving.auth`)."""
 
-    __slots__ = ("key", "host", "port", "ssl", "prefix", "authority", "_heads")
+    __slots__ = ("key", "host", "port", "ssl", "prefix", "authority", "auth", "_heads")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         u = urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"upstream URL must be http(s)://host[:port][/prefix], got {url!r}")
@@ -45,6 +47,7 @@ class Endpoint:
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = host if default else f"{host}:{self.port}"
         self.key = (u.scheme, self.host, self.port)
+        self.auth = f"Authorization: {bearer(token)}\r\n" if token else ""
         self._heads: dict[tuple[str, str], bytes] = {}
 
     def head(self, method: str, path: str) -> bytes:
@@ -53,7 +56,7 @@ class Endpoint:
         h = self._heads.get(k)
         if h is None:
             h = self._heads[k] = (
-                f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n"
+                f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n{self.auth}"
                 "Content-Type: application/json\r\nAccept: */*\r\nContent-Length: "
             ).encode("latin-1")
         return h

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from boute.serving.auth import replica_token
 from router.balancer import Balancer, Replica
 from router.config import Settings
 from router.upstream import Connection, Endpoint, Pool, UpstreamError
@@ -67,8 +68,9 @@ class Stream:
 
 
 def make_client(settings: Settings) -> Pool:
-    """One connection pool per gateway (call inside the running loop)."""
-    return Pool(settings.connect_timeout_s, settings.upstream_timeout_s)
+    """One connection pool per gateway (call inside the running loop); it sends the replicas' bearer token
+    (``BOUTE_REPLICA_TOKEN``) when the deployment set one."""
+    return Pool(settings.connect_timeout_s, settings.upstream_timeout_s, token=replica_token())
 
 
 def _endpoint(pool: Pool, r: Replica) -> Endpoint:

@@ -43,8 +43,11 @@ from router.upstream_errors import (
 class Pool:
     """Idle keep-alive connections per replica address (LIFO: the warmest first, the rest expire)."""
 
-    def __init__(self, connect_timeout: float, read_timeout: float, keepalive_s: float = 30.0) -> None:
+    def __init__(
+        self, connect_timeout: float, read_timeout: float, keepalive_s: float = 30.0, token: str | None = None
+    ) -> None:
         self.loop = asyncio.get_running_loop()
+        self.token = token  # the replicas' bearer token, sent on every request (boute.serving.auth)
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.keepalive_s = keepalive_s
@@ -55,7 +58,7 @@ class Pool:
     def endpoint(self, url: str) -> Endpoint:
         ep = self._endpoints.get(url)
         if ep is None:
-            ep = self._endpoints[url] = Endpoint(url)
+            ep = self._endpoints[url] = Endpoint(url, self.token)
         return ep
 
     async def acquire(self, ep: Endpoint) -> tuple[Connection, bool]:
@@ -146,9 +149,9 @@ class Pool:
     async def get_status(self, url: str, path: str, timeout: float) -> int:
         """``GET`` for health checks: the status code (the body is read and dropped)."""
         ep = self.endpoint(url)
-        head = (f"GET {ep.prefix}{path} HTTP/1.1\r\nHost: {ep.authority}\r\nAccept: */*\r\nContent-Length: ").encode()
+        head = f"GET {ep.prefix}{path} HTTP/1.1\r\nHost: {ep.authority}\r\n{ep.auth}Accept: */*\r\nContent-Length: "
         async with asyncio.timeout(timeout):
-            conn, status = await self.request(ep, head, b"")
+            conn, status = await self.request(ep, head.encode("latin-1"), b"")
         self.release(conn)
         return status
 

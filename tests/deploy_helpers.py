@@ -76,3 +76,27 @@ def wait_for(pred, timeout: float = 30.0, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def listening_ips(*pids: int, tree: bool = False) -> set[str]:
+    """The addresses the processes ``pids`` (and, with ``tree``, their descendants) listen on; an IPv4-mapped
+    IPv6 address counts as its IPv4 one (``::ffff:127.0.0.1`` is loopback)."""
+    import psutil
+
+    procs = [psutil.Process(p) for p in pids]
+    if tree:
+        procs += [c for p in list(procs) for c in p.children(recursive=True)]
+    out: set[str] = set()
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="inet")
+        except psutil.Error:  # gone meanwhile
+            continue
+        out |= {c.laddr.ip.removeprefix("::ffff:") for c in conns if c.status == psutil.CONN_LISTEN}
+    return out
+
+
+def url_host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or ""

@@ -50,14 +50,21 @@ class Stack:
     backends_file: Path | None = None
 
     @classmethod
-    def start(cls, plan: dict[str, Any] | None = None, speedup: float = 20.0, one_process: bool = False) -> Stack:
+    def start(
+        cls,
+        plan: dict[str, Any] | None = None,
+        speedup: float = 20.0,
+        one_process: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> Stack:
+        """``env``: extra environment for the replica processes (e.g. BOUTE_REPLICA_TOKEN)."""
         from boute.specs import load_scenario
 
         p = Plan.model_validate(plan or TEST_PLAN)
         work = Path(tempfile.mkdtemp(prefix="boute-stack-"))
         configs = replica_configs(p, load_scenario(None), speedup)
         st = cls(p, work, speedup)
-        st.replicas = spawn_replicas(configs, work, one_process=one_process)
+        st.replicas = spawn_replicas(configs, work, one_process=one_process, env=env)
         st.backend_urls = [f"http://{c.host}:{c.port}" for c in configs]
         st.plan_file = work / "plan.json"
         st.plan_file.write_text(p.model_dump_json(exclude_none=True))

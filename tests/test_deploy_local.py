@@ -21,7 +21,7 @@ from backends.deploy.launch import LaunchOptions
 from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.specs.plan import Plan
-from tests.deploy_helpers import PLAN_A, PLAN_B, Load, wait_for
+from tests.deploy_helpers import PLAN_A, PLAN_B, Load, listening_ips, url_host, wait_for
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
@@ -118,8 +118,12 @@ def test_cli_deploy_status_down(tmp_path: Path, redis_url: str) -> None:
         assert st["status"] == "ready" and len(st["replicas"]) == 2 and all(x["registered"] for x in st["replicas"])
         reg = Registry(redis_url, prefix)
         assert len(reg.entries()) == 2
+        # emulated replicas are registered at, and listen on, loopback only (issue 28)
+        assert {url_host(e["url"]) for e in reg.entries()} == {"127.0.0.1"}
+        assert listening_ips(*(x["pid"] for x in st["replicas"])) == {"127.0.0.1"}
         r = _boute("deploy", "status", "--dir", str(d), env=env)
         assert r.returncode == 0 and "status ready" in r.stdout and "large.llama-3.1-70b.h100-sxm" in r.stdout
+        assert "replicas listen on 127.0.0.1, no token" in r.stdout
     finally:
         r = _boute("deploy", "down", "--dir", str(d), env=env)
     assert r.returncode == 0 and "stopped 2 replicas" in r.stdout

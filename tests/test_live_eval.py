@@ -3,6 +3,7 @@ from the recorded answers that came back (bench/bench_live.py compares it with t
 
 from __future__ import annotations
 
+import httpx
 import numpy as np
 import pytest
 
@@ -25,6 +26,11 @@ def test_live_evaluation_of_one_candidate(redis_url: str) -> None:
     with LiveEvaluator(sc, redis_url=redis_url, speedup=10, max_requests=60) as live:
         r = live(cand)
         prefix = live._ctl.registry.prefix
+        # a private fleet: replicas on loopback that refuse anyone but the evaluator's own gateway (issue 28)
+        urls = [e["url"] for e in live._ctl.registry.entries()]
+        assert urls and all(u.startswith("http://127.0.0.1:") for u in urls)
+        bare = httpx.post(urls[0] + "/v1/completions", json={"model": "m", "prompt": "p", "max_tokens": 1})
+        assert bare.status_code == 401
         assert r.evaluator == "live" and r.extra["failed"] == 0 and r.extra["requests"] == 60
         assert r.extra["answers_match_profile"] == 1.0  # every answer is the answering tier's recorded one
         assert set(r.extra["tier_shares"]) <= {"small", "large"}

@@ -23,6 +23,7 @@ from backends.deploy.registry import Registry
 from backends.deploy.rollout import Step, execute, plan_rollout
 from backends.deploy.state import write_state
 from backends.deploy.target import ReplicaHandle, Target
+from boute.serving.auth import auth_headers
 from boute.specs.plan import Plan
 
 log = logging.getLogger("boute.deploy")
@@ -65,7 +66,8 @@ class Controller:
         self.extra: dict[str, Any] = {}  # daemon facts for the state file (pid, gateway url, ...)
         self.plan_root: Path | None = state_dir  # where the plans' bundle files lie (desired.json's folder)
         self.steps_done: list[str] = []
-        self._http = httpx.Client(timeout=1.0, trust_env=False)
+        # the replicas' token, when set: /get_server_info (the drain's load figure) needs it, /health does not
+        self._http = httpx.Client(timeout=1.0, trust_env=False, headers=auth_headers(opts.token))
 
     # ---- rolling update ------------------------------------------------------------------------
     def apply(self, plan: Plan) -> list[Step]:
@@ -222,6 +224,8 @@ class Controller:
             "target": self.target.name,
             "emulate": self.opts.emulate,
             "speedup": self.opts.speedup,
+            "replica_host": self.opts.host,  # the interface replicas listen on (--replica-host)
+            "token": self.opts.token is not None,  # whether they require BOUTE_REPLICA_TOKEN (never the token)
             "registry": {"redis_url": self.registry.url, "prefix": self.registry.prefix},
             "plan": self.plan.model_dump(mode="json", exclude_none=True) if self.plan else None,
             "replicas": reps,

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from backends.deploy.controller import Controller
-from backends.deploy.launch import LaunchOptions
+from backends.deploy.launch import LaunchOptions, default_replica_host, is_loopback
 from backends.deploy.registry import Registry
 from backends.deploy.state import CONFIG_FILE, DESIRED_FILE
 from backends.deploy.target import Target
+from boute.serving.auth import replica_token
 from boute.specs.plan import Plan
 
 log = logging.getLogger("boute.deploy")
@@ -35,13 +36,14 @@ def make_target(cfg: dict[str, Any], opts: LaunchOptions, log_dir: Path) -> Targ
         return LocalTarget(log_dir, opts, gpu_ids=gpu_ids)
     import ray
 
+    from backends.deploy.ray_local import init_local_cluster
     from backends.deploy.ray_target import RayTarget, resource_name
 
     if cfg.get("ray_address"):
         ray.init(address=cfg["ray_address"], namespace="boute", log_to_driver=False)
     else:  # a one-node cluster whose custom resources stand in for the scenario's GPU inventory
         resources = {resource_name(g): float(n) for g, n in (cfg.get("inventory") or {}).items()}
-        ray.init(num_cpus=1, resources=resources, include_dashboard=False, namespace="boute", log_to_driver=False)
+        init_local_cluster(resources, loopback=is_loopback(opts.host))  # loopback replicas: Ray stays there too
     return RayTarget(log_dir, opts, mode=cfg.get("resource_mode", "custom"))
 
 
@@ -54,6 +56,11 @@ def run(directory: Path) -> int:
         profile_models=cfg.get("profile_models") or {},
         model_paths=cfg.get("model_paths") or {},
         catalog=cfg.get("catalog"),
+        host=cfg.get("replica_host")
+        or default_replica_host(
+            emulate=bool(cfg.get("emulate", True)), target=cfg["target"], ray_address=cfg.get("ray_address")
+        ),
+        token=replica_token(),  # handed to each replica; the gateway started below inherits it from this process
     )
     logs = directory / "logs"
     registry = Registry(cfg["redis_url"], cfg.get("prefix", "boute"))

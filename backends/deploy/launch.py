@@ -3,18 +3,33 @@
 Shared by the local target and the Ray actors, so a replica is the same command wherever it is placed;
 only the host/port (chosen where it runs) differ. The gateway registry entry is built here too, so the
 served model name in the command and in the registry can never disagree.
+
+Where replicas listen (``boute deploy up --replica-host``, :func:`replica_address`): loopback by default for
+emulated fleets and the local target (nothing leaves the machine), the node's own address for Ray fleets
+of real engines (the gateway reaches them across nodes). A replica beyond loopback answers anyone who
+reaches it unless the deployment sets ``BOUTE_REPLICA_TOKEN`` (:mod:`boute.serving.auth`): each replica is
+then started with it (SGLang's ``--api-key``, the emulated backend's own check).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from backends.deploy.desired import ReplicaKey
 from backends.supervisor import ProcessSpec
+from boute.errors import BouteError
+from boute.serving.auth import TOKEN_ENV
+
+LOOPBACK = "127.0.0.1"
+#: ``--replica-host`` value for "the address of the node the replica runs on" (Ray: the node IP Ray knows)
+NODE = "node"
+#: bind every interface; the registry gets the node's address
+WILDCARDS = ("0.0.0.0", "::")
 
 
 @dataclass(frozen=True)
@@ -29,10 +44,67 @@ class LaunchOptions:
     catalog: str | None = None  # emulated: the plan's catalog file (its own GPUs/models, calibrated)
     mem_fraction_static: float = 0.88
     python: str = sys.executable
+    host: str = LOOPBACK  # where replicas listen: an address, a wildcard or NODE (replica_address)
+    token: str | None = field(default=None, repr=False)  # BOUTE_REPLICA_TOKEN, handed to every replica
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+def default_replica_host(*, emulate: bool, target: str, ray_address: str | None = None) -> str:
+    """``--replica-host`` when none is given: loopback for what runs on this machine only (emulated fleets
+    without an external Ray cluster, and the local target), the node's address for Ray fleets."""
+    if target == "local" or (emulate and ray_address is None):
+        return LOOPBACK
+    return NODE
+
+
+def check_replica_host(value: str) -> str:
+    """``value`` if it is an IP address, a wildcard or NODE; else a one-line BouteError."""
+    if value != NODE:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise BouteError(
+                f"--replica-host: expected an IP address (127.0.0.1: this machine only), 0.0.0.0 (every "
+                f"interface) or '{NODE}' (the address of the node a replica runs on), got '{value}'"
+            ) from None
+    return value
+
+
+def replica_address(host: str, node_ip: Callable[[], str]) -> tuple[str, str]:
+    """(address a replica binds, address the gateway is given) for a ``--replica-host`` value: an address
+    is both; NODE is the node's own address (``node_ip()``) for both; a wildcard binds every interface and
+    registers the node's address."""
+    if host == NODE:
+        ip = node_ip()
+        return ip, ip
+    if host in WILDCARDS:
+        return host, node_ip()
+    return host, host
+
+
+def outbound_ip() -> str:
+    """This host's address on its default route (the local target's NODE). A UDP ``connect`` only picks the
+    source address: no packet is sent. Loopback where the host has no route out."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            return str(s.getsockname()[0])
+        except OSError:
+            return LOOPBACK
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
@@ -55,6 +127,8 @@ def replica_process(
         if opts.catalog:
             argv += ["--catalog", opts.catalog]
         env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
+        if opts.token:  # read by the replica's own check (boute.serving.auth), not passed on the command line
+            env[TOKEN_ENV] = opts.token
     else:
         from backends.sglang.command import SGLangOptions, sglang_argv
         from boute.catalog import builtin_catalog
@@ -64,9 +138,11 @@ def replica_process(
         argv = sglang_argv(
             path, port=port, tp=key.tp, pp=key.pp, dtype=key.dtype, served_model_name=key.tier, options=so
         )
+        if opts.token:  # SGLang takes its key on the command line only (visible to local users in ps)
+            argv += ["--api-key", opts.token]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
-    health_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    return ProcessSpec(name=key.id, argv=tuple(argv), env=env, health_url=f"http://{health_host}:{port}/health")
+    health_host = LOOPBACK if host in WILDCARDS else host
+    return ProcessSpec(name=key.id, argv=tuple(argv), env=env, health_url=f"{http_url(health_host, port)}/health")
 
 
 def registry_entry(key: ReplicaKey, url: str, opts: LaunchOptions) -> dict[str, Any]:

@@ -6,6 +6,8 @@ of the scenario's workload is replayed over HTTP, and P95 latency and quality ar
 the emulated replicas answer profile prompts with the recorded responses of the tier's model, and each
 answer is scored with the profile's correctness for the tier that answered (``x-boute-tier``). Candidates
 follow each other as rolling updates, so replicas two plans share are reused; ``close()`` tears it all down.
+The fleet is private: replicas and gateway listen on loopback, and the replicas require a fresh bearer token
+that only this evaluator's gateway holds (:mod:`boute.serving.auth`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import numpy as np
 
 from backends.deploy.controller import Controller
 from backends.deploy.gateway import start_gateway
-from backends.deploy.launch import LaunchOptions
+from backends.deploy.launch import LOOPBACK, LaunchOptions
 from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.errors import BouteError
 from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan, router_of
 from boute.optimize.space import Candidate
+from boute.serving.auth import TOKEN_ENV
 from boute.serving.bundle import open_plan, write_plan
 from boute.specs import Scenario
 from boute.stats import quantile
@@ -91,7 +94,8 @@ class LiveEvaluator:
         self._ctl: Any = None
         self._gateway: Any = None
         self.gateway_url: str | None = None
-        self._token = uuid.uuid4().hex
+        self._token = uuid.uuid4().hex  # the gateway's admin token
+        self._replica_token = uuid.uuid4().hex  # what the replicas ask of the gateway
 
     # ---- the fleet -----------------------------------------------------------------------------
     def _fleet(self) -> None:
@@ -100,6 +104,8 @@ class LiveEvaluator:
             speedup=self.speedup,
             profile=self.scenario.quality.profile,
             profile_models={t.name: t.quality_model or t.name for t in self.scenario.tiers},
+            host=LOOPBACK,
+            token=self._replica_token,
         )
         reg = Registry(self.redis_url, f"boute-live-{uuid.uuid4().hex[:8]}")
         self._ctl = Controller(
@@ -116,7 +122,10 @@ class LiveEvaluator:
         if self._gateway is None:
             reg = self._ctl.registry
             self.gateway_url, self._gateway = start_gateway(
-                reg.url, reg.prefix, self.workdir / "logs", env={"BOUTE_ADMIN_TOKEN": self._token}
+                reg.url,
+                reg.prefix,
+                self.workdir / "logs",
+                env={"BOUTE_ADMIN_TOKEN": self._token, TOKEN_ENV: self._replica_token},
             )
 
     def _wait_ready(self, timeout_s: float = 30.0) -> None:

@@ -1,4 +1,5 @@
-"""Local target: each replica is a supervised process on this host, on a free port.
+"""Local target: each replica is a supervised process on this host, on a free port of the interface
+``LaunchOptions.host`` names (loopback unless ``--replica-host`` says otherwise).
 
 Emulated replicas need no GPUs; SGLang replicas take ``tp * pp`` CUDA ids of their GPU type from the
 pool given at construction (``--gpu-ids h100-sxm=0,1,2,3``), returned when the replica stops.
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.deploy.desired import ReplicaKey
-from backends.deploy.launch import LaunchOptions, free_port, replica_process
+from backends.deploy.launch import LaunchOptions, free_port, http_url, outbound_ip, replica_address, replica_process
 from backends.supervisor import RestartPolicy, SupervisedProcess
 from boute.errors import BouteError
 
@@ -50,9 +51,9 @@ class LocalTarget:
         opts: LaunchOptions,
         policy: RestartPolicy | None = None,
         gpu_ids: Mapping[str, Sequence[int]] | None = None,
-        host: str = "127.0.0.1",
     ) -> None:
-        self.log_dir, self.opts, self.host = Path(log_dir), opts, host
+        self.log_dir, self.opts = Path(log_dir), opts
+        self.bind, self.host = replica_address(opts.host, outbound_ip)
         self.policy = policy or RestartPolicy(backoff_initial_s=0.2, backoff_max_s=5.0, stable_after_s=10.0)
         self._free = {g: list(ids) for g, ids in (gpu_ids or {}).items()}
 
@@ -74,10 +75,10 @@ class LocalTarget:
 
     def start(self, key: ReplicaKey) -> LocalReplica:
         ids = self._take(key)
-        port = free_port(self.host)
-        spec = replica_process(key, port, self.host, self.opts, ids)
+        port = free_port(self.bind)
+        spec = replica_process(key, port, self.bind, self.opts, ids)
         proc = SupervisedProcess(spec, self.log_dir, self.policy).start()
-        return LocalReplica(key, proc, f"http://{self.host}:{port}", ids, self)
+        return LocalReplica(key, proc, http_url(self.host, port), ids, self)
 
     def close(self) -> None:
         """Nothing shared to release: each replica is stopped through its handle."""

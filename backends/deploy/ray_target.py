@@ -66,17 +66,18 @@ class ReplicaActor:
     def __init__(self, key: ReplicaKey, opts: LaunchOptions, log_dir: str, policy: RestartPolicy) -> None:
         import ray
 
-        from backends.deploy.launch import free_port, replica_process
+        from backends.deploy.launch import free_port, http_url, replica_address, replica_process
         from backends.supervisor import SupervisedProcess
 
         self.key = key
-        self.host = ray.util.get_node_ip_address()
+        self.node_ip = ray.util.get_node_ip_address()
+        bind, self.host = replica_address(opts.host, lambda: self.node_ip)  # --replica-host (launch.py)
         ctx = ray.get_runtime_context()
         self.node_id = ctx.get_node_id()
         self.resources = ctx.get_assigned_resources()
         gpu_ids = [int(g) for g in ray.get_gpu_ids()] if not opts.emulate else []
-        port = free_port(self.host)
-        spec = replica_process(key, port, self.host, opts, gpu_ids)
+        port = free_port(bind)
+        spec = replica_process(key, port, bind, opts, gpu_ids)
         if gpu_ids:  # Ray already restricted CUDA_VISIBLE_DEVICES for this actor; keep its view
             spec = type(spec)(
                 spec.name,
@@ -85,7 +86,7 @@ class ReplicaActor:
                 spec.health_url,
                 spec.cwd,
             )
-        self.url = f"http://{self.host}:{port}"
+        self.url = http_url(self.host, port)
         self.proc = SupervisedProcess(spec, log_dir, policy).start()
 
     def info(self) -> dict[str, Any]:
@@ -96,7 +97,7 @@ class ReplicaActor:
             "running": self.proc.running,
             "gave_up": self.proc.gave_up,
             "node": self.node_id,
-            "node_ip": self.host,
+            "node_ip": self.node_ip,
             "resources": self.resources,
             "log": str(self.proc.log_path),
         }

@@ -3,7 +3,8 @@
 Plain Starlette (no per-request pydantic) so the backend's own CPU cost stays small next to the gateway's
 when both are measured on one machine. A client that disconnects cancels its sequence in the engine. A
 request that cannot fit the model's context (``max_context`` in the catalog) is refused with 400, in
-SGLang's words, before any work.
+SGLang's words, before any work. With ``BOUTE_REPLICA_TOKEN`` set, requests without its bearer header get
+401 as SGLang's ``--api-key`` answers them (:mod:`boute.serving.auth`; health probes stay open).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.emulated.engine import Engine, Sequence
 from backends.emulated.profile import CHAT_TEMPLATE_TOKENS, ReplicaConfig, Responder, count_tokens
+from boute.serving.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_STATUS, authorized, open_path, replica_token
 from boute.serving.limits import context_error
 from boute.serving.relay import RelayResponse  # closes the generator on disconnect, which cancels the sequence
 
@@ -62,7 +65,26 @@ def _max_tokens(body: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def create_app(cfg: ReplicaConfig) -> Starlette:
+class RequireToken:
+    """ASGI middleware: SGLang's ``--api-key`` rule (:func:`boute.serving.auth.open_path`, 401 otherwise)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not open_path(scope["method"], scope["path"]):
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            if not authorized(header, self.token):
+                length = str(len(UNAUTHORIZED_BODY)).encode()
+                headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+                await send({"type": "http.response.start", "status": UNAUTHORIZED_STATUS, "headers": headers})
+                await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
+    """The replica's app; ``token`` (default: ``BOUTE_REPLICA_TOKEN``) makes it refuse requests without it."""
     from boute.catalog import builtin_catalog, load_catalog_file
     from boute.perf import replica_perf
 
@@ -287,6 +309,8 @@ def create_app(cfg: ReplicaConfig) -> Starlette:
         Route("/get_server_info", server_info),
         Route("/server_info", server_info),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    token = token or replica_token()
+    guard = [Middleware(RequireToken, token=token)] if token else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=guard)
     app.state.engine = engine
     return app

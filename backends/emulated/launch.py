@@ -77,10 +77,11 @@ def registry(plan: Plan, configs: list[ReplicaConfig]) -> list[dict[str, object]
 
 
 def spawn_replicas(
-    configs: list[ReplicaConfig], workdir: Path, one_process: bool = True
+    configs: list[ReplicaConfig], workdir: Path, one_process: bool = True, env: dict[str, str] | None = None
 ) -> list[subprocess.Popen[bytes]]:
-    """Start the replicas (all in one process, or one process each); returns the child processes."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    """Start the replicas (all in one process, or one process each; ``env``: extra environment, e.g. the
+    replicas' token); returns the child processes."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     groups = [configs] if one_process else [[c] for c in configs]
     procs = []
     for i, group in enumerate(groups):

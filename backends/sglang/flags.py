@@ -26,4 +26,5 @@ SGLANG_FLAGS: dict[str, bool] = {
     "--trust-remote-code": False,
     "--enable-metrics": False,
     "--log-level": True,
+    "--api-key": True,  # BOUTE_REPLICA_TOKEN, when the deployment sets one (boute.serving.auth)
 }

@@ -2,6 +2,10 @@
 
 A deployment is a background controller (``backends.deploy.daemon``) owning the replicas; this command
 only hands it a plan and waits. Deploying while one runs is a rolling update to the new plan.
+
+Where replicas listen is said, not implied: ``--replica-host`` (default: loopback for emulated fleets and the
+local target, the node's address for Ray fleets of real engines), printed with the fleet; beyond loopback
+without ``BOUTE_REPLICA_TOKEN`` the command warns that anyone who reaches them can use them.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ def _wait(
 def _table(st: dict[str, Any]) -> str:
     lines = [
         f"status {st.get('status')}  target {st.get('target')}  generation {st.get('generation')}  "
-        f"registry {st['registry']['redis_url']} prefix {st['registry']['prefix']}"
+        f"registry {st['registry']['redis_url']} prefix {st['registry']['prefix']}",
+        f"replicas listen on {st.get('replica_host', '?')}, {'token required' if st.get('token') else 'no token'}",
     ]
     if st.get("gateway_url"):
         lines.append(f"gateway {st['gateway_url']}/v1")
@@ -102,6 +107,13 @@ def register(app: typer.Typer) -> None:
             "custom", "--resources", help="ray: custom (gpu_<type> resources) or accelerator (num_gpus + type)"
         ),
         gpu_ids: list[str] = typer.Option([], "--gpu-ids", help="local SGLang: TYPE=0,1,.. CUDA ids per GPU type"),
+        replica_host: str | None = typer.Option(
+            None,
+            "--replica-host",
+            help="where replicas listen: an IP address, 0.0.0.0 (every interface) or 'node' (the address of the "
+            "node each runs on); default 127.0.0.1 for --emulate and --target local, 'node' for Ray fleets. "
+            "Set BOUTE_REPLICA_TOKEN to make replicas require a bearer token (the gateway sends it)",
+        ),
         timeout: float = typer.Option(
             600.0, "--timeout", callback=positive, help="seconds to wait for the fleet to be ready"
         ),
@@ -123,6 +135,7 @@ def register(app: typer.Typer) -> None:
             ray_address=ray_address,
             resource_mode=resource_mode,
             gpu_ids=_parse_gpu_ids(gpu_ids),
+            replica_host=replica_host,
             timeout=timeout,
             as_json=as_json,
             running=running(read_state(d)),
@@ -184,6 +197,7 @@ def _deploy(
     ray_address: str | None,
     resource_mode: str,
     gpu_ids: dict[str, list[int]],
+    replica_host: str | None,
     timeout: float,
     as_json: bool,
     running: bool,
@@ -191,8 +205,10 @@ def _deploy(
     import subprocess
     import sys
 
+    from backends.deploy.launch import check_replica_host, default_replica_host, is_loopback
     from backends.deploy.registry import Registry
     from backends.deploy.state import CONFIG_FILE, DAEMON_LOG, DESIRED_FILE
+    from boute.serving.auth import TOKEN_ENV, replica_token
     from boute.serving.bundle import copy_plan, open_plan, plan_scenario, scenario_profile, write_catalog
     from boute.specs import load_scenario
     from boute.specs.io import write_atomic
@@ -202,8 +218,19 @@ def _deploy(
     if resource_mode not in ("custom", "accelerator"):
         raise BouteError(f"--resources: expected custom or accelerator, got '{resource_mode}'")
     if running:
+        if replica_host is not None:
+            raise BouteError("--replica-host: a running deployment keeps its interface; `boute deploy down` it first")
         st = roll_out(plan_path, d, target=target, timeout=timeout)
     else:
+        host = check_replica_host(
+            replica_host or default_replica_host(emulate=emulate, target=target, ray_address=ray_address)
+        )
+        if not is_loopback(host) and replica_token() is None:
+            typer.echo(
+                f"warning: replicas listen on {host} without {TOKEN_ENV}: anyone who reaches that address can "
+                "use them (set it to require a bearer token; the gateway sends it)",
+                err=True,
+            )
         p = open_plan(plan_path)
         sc = plan_scenario(p, plan_path) or load_scenario(p.scenario)
         d.mkdir(parents=True, exist_ok=True)
@@ -224,6 +251,7 @@ def _deploy(
             "ray_address": ray_address,
             "resource_mode": resource_mode,
             "gpu_ids": gpu_ids,
+            "replica_host": host,
             "inventory": dict(sc.cluster.gpus),
         }
         write_atomic(d / CONFIG_FILE, json.dumps(cfg, indent=2))
