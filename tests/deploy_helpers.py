@@ -8,6 +8,8 @@ from collections import Counter
 
 import httpx
 
+from tests.waits import SAFETY_S, until
+
 PLAN_A = {
     "scenario": "builtin:paper-gsm8k",
     "routing": {"tiers": ["small", "large"], "fractions": [0.5, 0.5], "scorer": "length", "reference": "builtin:gsm8k"},
@@ -28,7 +30,8 @@ PLAN_B = {
 
 
 class Load:
-    """``clients`` threads sending chat requests (half forced to each tier) until stopped."""
+    """``clients`` threads sending chat requests (half forced to each tier) until stopped. Tests act on what
+    it has done (:meth:`more_answers`), not on how long it has run (a busy machine answers fewer per second)."""
 
     def __init__(self, url: str, clients: int = 4) -> None:
         self.url, self.clients = url, clients
@@ -40,7 +43,7 @@ class Load:
 
     def _run(self, i: int) -> None:
         model = ["router-small", "router-large", "boute"][i % 3]
-        with httpx.Client(base_url=self.url, timeout=30.0, trust_env=False) as c:
+        with httpx.Client(base_url=self.url, timeout=SAFETY_S, trust_env=False) as c:
             while not self._stop.is_set():
                 body = {"model": model, "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 8}
                 try:
@@ -62,14 +65,21 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=40)
+            t.join(timeout=SAFETY_S + 10)  # a request in flight ends within its own timeout
 
     @property
     def failed(self) -> int:
         return sum(v for k, v in self.outcomes.items() if k != "200")
 
+    def more_answers(self, n: int, what: str) -> None:
+        """Wait until ``n`` more requests have come back (any outcome: a failure must not stall the wait)."""
+        with self._lock:
+            target = sum(self.outcomes.values()) + n
+        until(lambda: sum(self.outcomes.values()) >= target, what)
 
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.1) -> bool:
+
+def wait_for(pred, timeout: float = SAFETY_S, interval: float = 0.1) -> bool:
+    """True once ``pred()`` is; False after ``timeout`` s (the safety bound of :mod:`tests.waits`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

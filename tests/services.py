@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.waits import SAFETY_S
+
 
 def port_answers(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
@@ -69,7 +71,7 @@ def start_redis(port: int, workdir: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + SAFETY_S
     while not port_answers("127.0.0.1", port):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"embedded redis-server failed to start on port {port}")

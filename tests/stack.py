@@ -17,6 +17,7 @@ from typing import Any
 
 from backends.emulated.launch import free_port, registry, replica_configs, spawn_replicas, wait_http
 from boute.specs.plan import Plan
+from tests.waits import SAFETY_S
 
 #: a small two-tier plan on three GPU types (used by tests and the bench)
 TEST_PLAN: dict[str, Any] = {
@@ -71,7 +72,7 @@ class Stack:
         st.backends_file = work / "backends.json"
         st.backends_file.write_text(json.dumps(registry(p, configs)))
         for u in st.backend_urls:
-            wait_http(u + "/health", 60, st.replicas)
+            wait_http(u + "/health", SAFETY_S, st.replicas)
         return st
 
     def gateway(self, wait_ready: bool = True, **env: str) -> tuple[str, subprocess.Popen[bytes]]:
@@ -95,7 +96,7 @@ class Stack:
         )
         self.gateways.append(proc)
         url = f"http://127.0.0.1:{port}"
-        wait_http(url + ("/ready" if wait_ready else "/health"), 60, [proc])
+        wait_http(url + ("/ready" if wait_ready else "/health"), SAFETY_S, [proc])
         return url, proc
 
     def kill_replica(self, index: int) -> None:

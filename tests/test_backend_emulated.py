@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +15,7 @@ from backends.emulated.profile import ReplicaConfig, pieces
 from boute.catalog import builtin_catalog
 from boute.data import data_path
 from boute.perf import replica_perf
+from tests.waits import until
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
@@ -135,10 +135,7 @@ def test_client_disconnect_cancels_sequence(backend: str) -> None:
         it = s.iter_lines()
         next(it)
         assert httpx.get(backend + "/get_server_info").json()["running"] == 1
-    deadline = time.monotonic() + 15  # a bound on the wait, generous for a busy machine
-    while httpx.get(backend + "/get_server_info").json()["running"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert httpx.get(backend + "/get_server_info").json()["running"] == 0
+    until(lambda: httpx.get(backend + "/get_server_info").json()["running"] == 0, "the sequence cancelled")
 
 
 def _idle(backend: str) -> bool:
@@ -177,7 +174,4 @@ def test_exactly_the_context_is_accepted_and_a_client_gone_stops_it(backend: str
         assert next(s.iter_lines()).startswith("data: {")
     with pytest.raises(httpx.ReadTimeout):  # non-streamed: the client gives up while the answer is made
         httpx.post(backend + "/v1/completions", json={**body, "stream": False}, timeout=httpx.Timeout(10, read=0.5))
-    deadline = time.monotonic() + 15  # a bound on the wait, generous for a busy machine
-    while not _idle(backend) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _idle(backend)
+    until(lambda: _idle(backend), "both sequences out of the batch")

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.specs.plan import Plan
 from tests.deploy_helpers import PLAN_A, PLAN_B, Load, listening_ips, url_host, wait_for
+from tests.waits import SAFETY_S
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
@@ -42,13 +42,13 @@ def test_rolling_update_under_load_and_restart(tmp_path: Path, registry: Registr
         ctl.apply(Plan.model_validate(PLAN_A))
         assert sorted(e["name"] for e in registry.entries()) == sorted(ctl.replicas)
         url, gw = start_gateway(registry.url, registry.prefix, tmp_path)
-        assert wait_for(lambda: httpx.get(url + "/ready").status_code == 200, 30)
+        assert wait_for(lambda: httpx.get(url + "/ready").status_code == 200)
         before = dict(ctl.replicas)
         with Load(url, clients=3) as load:
-            time.sleep(0.5)
+            load.more_answers(20, "answers before the update")
             ctl.apply(Plan.model_validate(PLAN_B))
-            time.sleep(0.5)
-        assert load.outcomes["200"] > 50 and load.failed == 0, load.outcomes
+            load.more_answers(20, "answers after it")
+        assert load.outcomes["200"] >= 40 and load.failed == 0, load.outcomes
         assert load.tiers["small"] > 0 and load.tiers["large"] > 0
         names = {e["name"] for e in registry.entries()}
         assert names == set(ctl.replicas) and len(names) == 3
@@ -61,7 +61,7 @@ def test_rolling_update_under_load_and_restart(tmp_path: Path, registry: Registr
         entry = ctl.replicas[kept]
         os.kill(entry.handle.info()["pid"], 9)
         events: list[str] = []
-        assert wait_for(lambda: bool(events.extend(ctl.check()) or f"re-registered {kept}" in events), 30)
+        assert wait_for(lambda: bool(events.extend(ctl.check()) or f"re-registered {kept}" in events))
         assert f"deregistered {kept}" in events
         assert entry.handle.info()["restarts"] == 1 and entry.registered
         assert kept in {e["name"] for e in registry.entries()}
@@ -72,12 +72,22 @@ def test_rolling_update_under_load_and_restart(tmp_path: Path, registry: Registr
     assert registry.entries() == []
 
 
+#: `deploy up --timeout`: the CLI's own bound on the fleet becoming ready (its message beats a kill)
+READY_S = 2 * SAFETY_S
+
+
 def _boute(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The CLI as a process; the bound is the net beyond the CLI's own waits (``--timeout``, ``deploy down``'s)."""
     return subprocess.run(
-        [sys.executable, "-m", "boute.cli.main", *args], capture_output=True, text=True, env=env, timeout=100
+        [sys.executable, "-m", "boute.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=READY_S + SAFETY_S,
     )
 
 
+@pytest.mark.timeout(600)  # six CLI processes, one of which waits up to READY_S for the fleet
 def test_cli_deploy_status_down(tmp_path: Path, redis_url: str) -> None:
     env = {**os.environ, "BOUTE_REDIS_URL": redis_url}
     d, prefix = tmp_path / "dep", f"test-cli-{uuid.uuid4().hex[:8]}"
@@ -110,6 +120,8 @@ def test_cli_deploy_status_down(tmp_path: Path, redis_url: str) -> None:
             str(d),
             "--prefix",
             prefix,
+            "--timeout",
+            str(READY_S),
             "--json",
             env=env,
         )

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -121,12 +120,12 @@ def test_ray_fleet(cluster, tmp_path: Path, redis_url: str) -> None:
             assert listening_ips(info["pid"]) == {LOOPBACK}  # an emulated replica listens on loopback only
         assert {url_host(x["url"]) for x in reg.entries()} == {LOOPBACK}
         url, gw = start_gateway(reg.url, reg.prefix, tmp_path)
-        assert wait_for(lambda: httpx.get(url + "/ready").status_code == 200, 30)
+        assert wait_for(lambda: httpx.get(url + "/ready").status_code == 200)
         with Load(url, clients=3) as load:
-            time.sleep(0.5)
+            load.more_answers(20, "answers before the update")
             ctl.apply(Plan.model_validate(PLAN_B))
-            time.sleep(0.5)
-        assert load.outcomes["200"] > 50 and load.failed == 0, load.outcomes
+            load.more_answers(20, "answers after it")
+        assert load.outcomes["200"] >= 40 and load.failed == 0, load.outcomes
         assert {e["name"] for e in reg.entries()} == set(ctl.replicas)
         for e in ctl.replicas.values():
             assert f"gpu_{e.key.gpu}" in node_res[e.handle.info()["node"]]
@@ -135,7 +134,7 @@ def test_ray_fleet(cluster, tmp_path: Path, redis_url: str) -> None:
         entry = ctl.replicas["large.llama-3.1-70b.rtx-pro-6000.tp2pp1.bf16.0"]
         assert entry.handle.kill_process()
         events: list[str] = []
-        assert wait_for(lambda: bool(events.extend(ctl.check()) or f"re-registered {entry.key.id}" in events), 30)
+        assert wait_for(lambda: bool(events.extend(ctl.check()) or f"re-registered {entry.key.id}" in events))
         assert entry.handle.info()["restarts"] == 1 and entry.key.id in {e["name"] for e in reg.entries()}
         r = httpx.post(
             url + "/v1/chat/completions",

@@ -15,6 +15,7 @@ import pytest
 from boute.errors import SpecError
 from boute.quality import LLMJudge, parse_rating, quality_model_for
 from tests.cli import run_cli
+from tests.waits import SAFETY_S
 
 
 class _Judge(BaseHTTPRequestHandler):
@@ -62,7 +63,7 @@ def test_parse_rating() -> None:
 
 
 async def test_llm_judge_over_http(judge_url: str) -> None:
-    j = LLMJudge(judge_url, "judge-model", timeout=2.0, api_key="k")
+    j = LLMJudge(judge_url, "judge-model", timeout=SAFETY_S, api_key="k")  # the happy path waits for the answer
     assert await j.ajudge("What is 2+2?", "4") == pytest.approx(7 / 9)
     sent = _Judge.seen[-1]
     assert sent["path"] == "/v1/chat/completions" and sent["body"]["model"] == "judge-model"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import time
 import uuid
 from collections import Counter
 
@@ -14,6 +13,7 @@ import pytest
 
 from tests.services import free_port, start_redis
 from tests.stack import TEST_PLAN, Stack
+from tests.waits import SAFETY_S, until, until_async
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
@@ -21,25 +21,50 @@ TOKEN = "t0k"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-async def _load(url: str, seconds: float, workers: int = 12, model: str = "boute") -> Counter[int]:
-    """Closed-loop clients for ``seconds``; returns the count of each HTTP status (-1 = transport error)."""
-    statuses: Counter[int] = Counter()
-    deadline = time.monotonic() + seconds
-    async with httpx.AsyncClient(timeout=30) as client:
+class _Load:
+    """Closed-loop clients until stopped, counting each HTTP status (-1 = transport error). The chaos tests
+    act on what the load has done (so many answers before, during and after a failure), never on how long
+    it has run: a busy machine answers fewer requests per second, never a different outcome."""
 
-        async def worker(i: int) -> None:
-            n = 0
-            while time.monotonic() < deadline:
-                n += 1
-                body = {"model": model, "messages": [{"role": "user", "content": f"w{i} r{n}"}], "max_tokens": 8}
-                try:
-                    r = await client.post(url + "/v1/chat/completions", json=body)
-                    statuses[r.status_code] += 1
-                except httpx.HTTPError:
-                    statuses[-1] += 1
+    def __init__(self, url: str, workers: int = 12, model: str = "boute") -> None:
+        self.url, self.workers, self.model = url, workers, model
+        self.statuses: Counter[int] = Counter()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
 
-        await asyncio.gather(*(worker(i) for i in range(workers)))
-    return statuses
+    async def _worker(self, client: httpx.AsyncClient, i: int) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            body = {"model": self.model, "messages": [{"role": "user", "content": f"w{i} r{n}"}], "max_tokens": 8}
+            try:
+                r = await client.post(self.url + "/v1/chat/completions", json=body)
+                self.statuses[r.status_code] += 1
+            except httpx.HTTPError:
+                self.statuses[-1] += 1
+
+    async def _run(self) -> None:
+        async with httpx.AsyncClient(timeout=SAFETY_S) as client:
+            await asyncio.gather(*(self._worker(client, i) for i in range(self.workers)))
+
+    async def __aenter__(self) -> _Load:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+
+    async def answers(self, more: int, what: str) -> None:
+        """Wait for ``more`` further answers (of any status: a failure must not stall the wait)."""
+        target = sum(self.statuses.values()) + more
+
+        async def done() -> bool:
+            assert self._task is not None and not self._task.done(), "the load stopped"
+            return sum(self.statuses.values()) >= target
+
+        await until_async(done, what)
 
 
 def test_plan_update_reaches_both_gateways(stack: Stack, redis_url: str) -> None:
@@ -51,13 +76,10 @@ def test_plan_update_reaches_both_gateways(stack: Stack, redis_url: str) -> None
     v0 = httpx.get(b + "/admin/plan", headers=AUTH).json()["version"]
     assert v0 == httpx.get(a + "/admin/plan", headers=AUTH).json()["version"]  # the second adopted the first's
     new = {**TEST_PLAN, "routing": {"tiers": ["small", "large"], "fractions": [0.0, 1.0]}}
-    deadline = time.monotonic() + 15
     r = httpx.put(a + "/admin/plan", json=new, headers=AUTH)
     assert r.status_code == 200
     version = r.json()["version"]
-    while httpx.get(b + "/admin/plan", headers=AUTH).json()["version"] != version:
-        assert time.monotonic() < deadline, "plan update did not reach the second gateway"
-        time.sleep(0.01)
+    until(lambda: httpx.get(b + "/admin/plan", headers=AUTH).json()["version"] == version, "the peer adopted it")
     assert httpx.get(b + "/admin/plan", headers=AUTH).json()["plan"]["routing"]["fractions"] == [0.0, 1.0]
     short = {"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     assert httpx.post(b + "/v1/chat/completions", json=short).headers["x-boute-tier"] == "large"
@@ -68,39 +90,35 @@ async def test_redis_restart_mid_load_fails_no_request(stack: Stack) -> None:
     redis = start_redis(port, workdir)
     try:
         url, _ = stack.gateway(BOUTE_REDIS_URL=f"redis://127.0.0.1:{port}/0", BOUTE_ADMIN_TOKEN=TOKEN)
+        async with httpx.AsyncClient() as c, _Load(url) as load:
 
-        async def chaos() -> None:
-            nonlocal redis
-            await asyncio.sleep(0.7)
+            async def shared() -> bool:  # it reconnects by itself and re-seeds the empty Redis
+                return bool((await c.get(url + "/admin/plan", headers=AUTH)).json()["shared"])
+
+            await load.answers(20, "answers with Redis up")
             redis.kill()
-            redis.wait(5)
-            await asyncio.sleep(1.0)
+            redis.wait(SAFETY_S)
+            await load.answers(30, "answers with Redis down")
             redis = await asyncio.to_thread(start_redis, port, workdir)
-
-        statuses, _ = await asyncio.gather(_load(url, 3.0), chaos())
-        assert set(statuses) == {200} and statuses[200] > 50, statuses
-        deadline = time.monotonic() + 15  # backoff <= 1 s; the bound allows for a busy machine
-        async with httpx.AsyncClient() as c:  # it reconnects by itself and re-seeds the empty Redis
-            while not (await c.get(url + "/admin/plan", headers=AUTH)).json()["shared"]:
-                assert time.monotonic() < deadline, "gateway did not reconnect to Redis"
-                await asyncio.sleep(0.05)
+            await until_async(shared, "the gateway reconnected to Redis")  # backoff <= 1 s
+            await load.answers(20, "answers after the reconnect")
+        assert set(load.statuses) == {200} and load.statuses[200] >= 70, load.statuses
+        async with httpx.AsyncClient() as c:
             r = await c.put(url + "/admin/plan", json=TEST_PLAN, headers=AUTH)
             assert r.status_code == 200
     finally:
         redis.kill()
-        redis.wait(5)
+        redis.wait(SAFETY_S)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def test_backend_killed_mid_load_fails_no_request(stack: Stack) -> None:
     url, _ = stack.gateway(BOUTE_ADMIN_TOKEN=TOKEN)
-
-    async def chaos() -> None:
-        await asyncio.sleep(0.7)
+    async with _Load(url, model="router-small") as load:
+        await load.answers(20, "answers from both small replicas")
         await asyncio.to_thread(stack.kill_replica, 0)  # the H100 replica of the small tier
-
-    statuses, _ = await asyncio.gather(_load(url, 2.5, model="router-small"), chaos())
-    assert set(statuses) == {200} and statuses[200] > 50, statuses
+        await load.answers(40, "answers after the kill")
+    assert set(load.statuses) == {200} and load.statuses[200] >= 60, load.statuses
     backends = {b["gpu"] + b["tier"]: b for b in httpx.get(url + "/admin/backends", headers=AUTH).json()["backends"]}
     dead = backends["h100-sxmsmall"]
     assert not dead["healthy"] or dead["circuit"] == "open"
@@ -128,10 +146,8 @@ def test_a_plan_whose_router_cannot_be_had_is_refused_and_never_reported_live(st
         version = int(r.incr(keys.plan_version))
         r.set(keys.plan, orjson.dumps({"version": version, "plan": plan}))
         r.publish(keys.events, orjson.dumps({"kind": "plan", "version": version}))
-    deadline = time.monotonic() + 15
-    while "refused" not in (now := httpx.get(gw + "/admin/plan", headers=AUTH).json()):
-        assert time.monotonic() < deadline, "the gateway neither adopted nor refused the plan"
-        time.sleep(0.05)
+    until(lambda: "refused" in httpx.get(gw + "/admin/plan", headers=AUTH).json(), "the gateway refused the plan")
+    now = httpx.get(gw + "/admin/plan", headers=AUTH).json()
     assert now["version"] == before["version"] and now["plan"] == before["plan"]
     assert "gone/router.npz" in now["refused"] or "0000000000" in now["refused"]
     short = {"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -158,11 +174,14 @@ def test_a_plan_put_on_one_gateway_carries_its_bundle_files_to_its_peers(stack: 
         b, _ = stack.gateway(**env, BOUTE_CACHE_DIR=str(folder / "peer-cache"))
         r = httpx.put(a + "/admin/plan", json=plan, headers=AUTH)
         assert r.status_code == 200, r.text
-        deadline = time.monotonic() + 15
-        while (now := httpx.get(b + "/admin/plan", headers=AUTH).json())["version"] != r.json()["version"]:
+
+        def adopted() -> bool:
+            now = httpx.get(b + "/admin/plan", headers=AUTH).json()
             assert "refused" not in now, now["refused"]
-            assert time.monotonic() < deadline, "the peer did not adopt the plan"
-            time.sleep(0.05)
+            return now["version"] == r.json()["version"]
+
+        until(adopted, "the peer adopted the plan")
+        now = httpx.get(b + "/admin/plan", headers=AUTH).json()
         assert now["plan"]["routing"]["reference"] == "reference.jsonl"
         assert (folder / "peer-cache").is_dir()  # the peer's copy came from the shared store
     finally:

@@ -101,19 +101,21 @@ def test_capacity_weights_and_least_outstanding() -> None:
 
 
 def test_circuit_breaker_opens_after_threshold_and_half_opens() -> None:
-    bal = _balancer(cooldown_s=0.2)
+    """No sleeping through the cooldown (a busy machine can stall a process past a short one between two
+    lines): the cooldown is long, and its end is reached by moving ``open_until`` into the past."""
+    bal = _balancer(cooldown_s=60)
     fast, slow = bal.pools["small"]
     bal.failure(fast)
     bal.failure(fast)
     assert fast.available(time.monotonic())
     bal.failure(fast)
-    assert not fast.available(time.monotonic())
+    assert not fast.available(time.monotonic()) and fast.available(fast.open_until)  # out for the cooldown
     assert all(bal.pick("small") is slow for _ in range(5))
-    time.sleep(0.25)
+    fast.open_until = time.monotonic() - 1  # the cooldown is over
     assert fast.available(time.monotonic())  # half-open: one more failure re-opens at once
     bal.failure(fast)
     assert not fast.available(time.monotonic())
-    time.sleep(0.25)
+    fast.open_until = time.monotonic() - 1
     bal.success(fast)
     bal.failure(fast)
     assert fast.available(time.monotonic())  # closed again: one failure is tolerated

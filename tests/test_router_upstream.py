@@ -16,6 +16,7 @@ import pytest
 import uvloop
 
 from router.upstream import HIGH_WATER, ConnectError, Disconnected, Pool, UpstreamTimeout
+from tests.waits import until_async
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"
@@ -259,10 +260,11 @@ def test_large_stream_keeps_backpressure_then_the_pooled_connection_again(run: C
             ep = pool.endpoint(url)
             conn, status = await pool.request(ep, ep.head("POST", "/x"), b"{}", stream=True)
             parts = [await conn.chunk()]
-            deadline = asyncio.get_running_loop().time() + 30  # bounds the wait only
-            while not conn.paused:  # the consumer is away: the buffer fills up to the mark, then reading stops
-                assert asyncio.get_running_loop().time() < deadline, "reading never paused"
-                await asyncio.sleep(0.01)
+
+            async def paused() -> bool:  # the consumer is away: the buffer fills up to the mark, then reading stops
+                return conn.paused
+
+            await until_async(paused, "reading paused", interval=0.01)
             assert HIGH_WATER < conn.buffered < HIGH_WATER + (1 << 20)  # one socket read past the mark at most
             while chunk := await conn.chunk():
                 parts.append(chunk)

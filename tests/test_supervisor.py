@@ -21,6 +21,7 @@ from backends.supervisor import (
     backoff_delay,
 )
 from tests.services import free_port
+from tests.waits import SAFETY_S
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
@@ -101,13 +102,13 @@ def test_ready_crash_restart_and_graceful_stop(script: Path, tmp_path: Path) -> 
     spec, port = _spec(script, READY_DELAY="0.3")
     proc = SupervisedProcess(spec, tmp_path / "logs", FAST).start()
     try:
-        waited = proc.wait_ready(timeout_s=20)
+        waited = proc.wait_ready(timeout_s=SAFETY_S)
         assert waited >= 0.25  # it really waited for the delayed server
         first_pid = int(httpx.get(f"http://127.0.0.1:{port}/pid").text)
         assert first_pid == proc.pid
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{port}/crash", timeout=2)
-        proc.wait_ready(timeout_s=20)  # back after a restart
+        proc.wait_ready(timeout_s=SAFETY_S)  # back after a restart
         second_pid = int(httpx.get(f"http://127.0.0.1:{port}/pid").text)
         assert second_pid != first_pid
         assert proc.restarts == 1 and proc.exit_codes == [7]
@@ -122,7 +123,7 @@ def test_ready_crash_restart_and_graceful_stop(script: Path, tmp_path: Path) -> 
 def test_stop_escalates_to_sigkill(script: Path, tmp_path: Path) -> None:
     spec, _ = _spec(script, mode="ignore-term")
     proc = SupervisedProcess(spec, tmp_path, FAST).start()
-    proc.wait_ready(timeout_s=20)
+    proc.wait_ready(timeout_s=SAFETY_S)
     pid = proc.pid
     t0 = time.monotonic()
     code = proc.stop(grace_s=0.5)
@@ -138,7 +139,7 @@ def test_exit_before_ready_is_a_clear_error(script: Path, tmp_path: Path) -> Non
     proc = SupervisedProcess(spec, tmp_path, policy).start()
     try:
         with pytest.raises(ReadinessError) as err:
-            proc.wait_ready(timeout_s=20)
+            proc.wait_ready(timeout_s=SAFETY_S)
     finally:
         proc.stop(grace_s=1)
     msg = str(err.value)
@@ -147,13 +148,13 @@ def test_exit_before_ready_is_a_clear_error(script: Path, tmp_path: Path) -> Non
 
 
 def test_readiness_timeout_names_url(script: Path, tmp_path: Path) -> None:
-    spec, port = _spec(script, READY_DELAY="30")
+    spec, port = _spec(script, READY_DELAY=str(3 * SAFETY_S))
     proc = SupervisedProcess(spec, tmp_path, FAST).start()
     try:
         t0 = time.monotonic()
         with pytest.raises(ReadinessError, match=rf"not ready at http://127.0.0.1:{port}/health after 0.8s"):
             proc.wait_ready(timeout_s=0.8)
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < SAFETY_S  # gave up at its timeout, long before the server would answer
     finally:
         proc.stop(grace_s=2)
 
@@ -162,7 +163,7 @@ def test_supervisor_fleet_per_replica_logs(script: Path, tmp_path: Path) -> None
     with Supervisor(tmp_path / "logs", FAST) as sup:
         specs = [_spec(script, name=f"tier-{i}")[0] for i in range(2)]
         sup.start_all(specs)
-        waited = sup.wait_ready(timeout_s=20)
+        waited = sup.wait_ready(timeout_s=SAFETY_S)
         assert set(waited) == {"tier-0", "tier-1"}
         pids = [p.pid for p in sup]
     assert not sup.processes
