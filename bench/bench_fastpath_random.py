@@ -61,7 +61,7 @@ def _row(kind: str, index: int, cand: Any, fast: Any, ev: Any, sim: Any, cap: fl
         "fast_meets_targets": bool(ev.feasible),
         "sim_meets_targets": bool(sim.feasible),
         "sim_under_cap": sim.p95_latency_s <= cap,
-        "sim_completed_share": round(sim.extra["completed"] / max(sim.extra["requests"], 1.0), 4),
+        "sim_completed_share": round((sim.extra.completed or 0) / max(sim.extra.requests or 0, 1.0), 4),
     }
 
 
@@ -99,7 +99,7 @@ def evaluate_seed(seed: int) -> dict[str, Any]:
         c = space.decode(rng.random(space.dim))
         cands.append(c)
         evs.append(fe(c))
-    stable = [i for i, e in enumerate(evs) if e.extra["stable"]]
+    stable = [i for i, e in enumerate(evs) if e.extra.stable]
     picks: list[tuple[str, int]] = [("random", i) for i in stable[:RANDOM_PLANS]]
     meets = [i for i in stable if evs[i].feasible]
     if meets:

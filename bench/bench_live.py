@@ -46,16 +46,16 @@ def _compare(trials: list, fast: Any) -> dict[str, Any]:
                     "quality": lv.quality,
                     "p95_latency_s": lv.p95_latency_s,
                     "p50_latency_s": lv.p50_latency_s,
-                    "failed": lv.extra.get("failed"),
-                    "tier_shares": lv.extra.get("tier_shares"),
+                    "failed": lv.extra.failed,
+                    "tier_shares": lv.extra.answered_shares,
                     "wall_s": lv.wall_s,
-                    "deploy_s": lv.extra.get("deploy_s"),
+                    "deploy_s": lv.extra.deploy_s,
                 },
                 "fast": {
                     "quality": f.quality,
                     "p95_latency_s": f.p95_latency_s,
                     "p50_latency_s": f.p50_latency_s,
-                    "stable": f.extra.get("stable"),
+                    "stable": f.extra.stable,
                 },
                 "p95_rel_error": (f.p95_latency_s - lv.p95_latency_s) / lv.p95_latency_s,
                 "quality_abs_error": f.quality - lv.quality,
@@ -80,7 +80,7 @@ def _cli_run(evals: int, *options: str) -> dict[str, Any]:
     The live trials (searched or confirming) are compared with the fast evaluator on the same plans.
     """
     from boute.optimize.evaluators import FastEvaluator
-    from boute.optimize.session import trial_from_row
+    from boute.optimize.records import trial_from_row
     from boute.specs import load_scenario
     from boute.tracking import open_store
 

@@ -43,8 +43,8 @@ def _evals_to(trace: list[float], opt: float) -> int | None:
 def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, ref_evals: int) -> dict[str, Any]:
     from boute.optimize.loop import run_search, targets_of
     from boute.optimize.registry import make_strategy
-    from boute.optimize.result import hypervolume_trace
     from boute.optimize.space import Space
+    from boute.optimize.trials import hypervolume_trace
 
     sp = Space.build(scenario)
     tg = targets_of(sp)
@@ -129,10 +129,11 @@ def _plot(study: dict[str, Any], path: Path) -> None:
 
 def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
     """The paper's comparison points, evaluated with the fast path (capacity = max sustainable req/s)."""
-    from boute.optimize.baselines import RandomStrategy, equal_split, single_tier_single_gpu
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.result import choose
     from boute.optimize.space import Space
+    from boute.optimize.strategies.fixed import equal_split, single_tier_single_gpu
+    from boute.optimize.strategies.random import RandomStrategy
+    from boute.optimize.trials import choose
 
     sp = Space.build(scenario)
     tg = targets_of(sp)
@@ -189,11 +190,12 @@ def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
 def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str, Any]:
     """Smallest budget on the grid at which each strategy finds a plan meeting the targets."""
     from boute.errors import InfeasibleError
-    from boute.optimize.baselines import RandomStrategy, equal_split, single_tier_single_gpu
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.result import choose
     from boute.optimize.session import with_targets
     from boute.optimize.space import Space
+    from boute.optimize.strategies.fixed import equal_split, single_tier_single_gpu
+    from boute.optimize.strategies.random import RandomStrategy
+    from boute.optimize.trials import choose
 
     n_t = len(scenario.tiers)
     large = tuple(1.0 if i == n_t - 1 else 0.0 for i in range(n_t))

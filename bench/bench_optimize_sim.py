@@ -19,9 +19,8 @@ from bench.bench_optimize import _best_trace
 def run(quick: bool = True) -> dict[str, Any]:
     import torch
 
-    from boute.optimize.evaluators import make_evaluator
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.registry import make_strategy
+    from boute.optimize.registry import make_evaluator, make_strategy
     from boute.optimize.space import Space
     from boute.specs import load_scenario
 

@@ -27,7 +27,8 @@ def _value(r: Any, objective: str) -> float:
 def search_once(sc: Any, strategy: str, objective: str, seed: int, budget_s: float) -> dict[str, Any]:
     """One search of ``sc`` by ``strategy`` under a wall budget, judged by the simulator (module doc)."""
     from boute.optimize import session
-    from boute.optimize.evaluators import make_evaluator
+    from boute.optimize.confirm import confirm
+    from boute.optimize.registry import make_evaluator
 
     fe = make_evaluator("fast", sc, seed=seed)
     se = make_evaluator("sim", sc, seed=seed, quality_model=fe.quality_model)
@@ -37,7 +38,7 @@ def search_once(sc: Any, strategy: str, objective: str, seed: int, budget_s: flo
             sc, strategy="mobo", evaluator=fe, objective=objective, seed=seed, time_budget_s=budget_s
         )
         if out.chosen is not None:
-            session.confirm(out, se, max_evals=12, seed=seed, prior=fe)
+            confirm(out, se, max_evals=12, seed=seed, prior=fe)
         final = out.final
         res = out.confirmed.get(final.index) if final is not None else None
         evals = out.evaluations + len(out.confirmations)

@@ -1,6 +1,6 @@
 """Experiment 3, ablations of BOute's optimiser on gsm8k-f87 (equal evaluation budgets, same seeds).
 
-Variants, each changing one thing of E's :class:`boute.optimize.mobo.MoboStrategy` (its public options,
+Variants, each changing one thing of E's :class:`boute.optimize.strategies.mobo.MoboStrategy` (its public options,
 or a subclass here where it has no switch):
 
 * ``boute``: the default MOBO: exact quality (the quality model as a deterministic model), one GP on
@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from boute.optimize.mobo import MoboStrategy
-from boute.optimize.mobo_gp import logit
-from boute.optimize.result import figures
+from boute.optimize.strategies.mobo import MoboStrategy
+from boute.optimize.surrogates.outcomes import logit
+from boute.optimize.trials import figures
 from experiments.common import (
     Context,
     Evaluators,
@@ -69,7 +69,7 @@ class ScalarisedBO(MoboStrategy):
         import torch
         from botorch.acquisition.analytic import LogExpectedImprovement
 
-        from boute.optimize.acq_pool import build_pool
+        from boute.optimize.acquisition.pool import build_pool
 
         torch.set_num_threads(self.threads)
         torch.manual_seed(self.seed * 100003 + n)
@@ -79,7 +79,7 @@ class ScalarisedBO(MoboStrategy):
         lf = float(logit(np.array([max(tg.quality_floor, 1e-4)]))[0])
         s = -np.log(np.clip(p, 1e-6, self.clip_factor * tg.p95_latency_s)) - PENALTY * np.maximum(0.0, lf - logit(q))
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
-        gp = self._fit(X, torch.tensor(s, dtype=torch.double).unsqueeze(-1), n - self.n_init)
+        gp = self.latency_gp.fit(X, torch.tensor(s, dtype=torch.double).unsqueeze(-1), n - self.n_init)
         centres = [np.asarray(ok[int(i)].z, dtype=float) for i in np.argsort(-s)[:3]]
         pool = build_pool(
             self.space,
@@ -107,7 +107,7 @@ def settings(ctx: Context) -> dict[str, Any]:
 
 
 def strategy(variant: str, space: Any, seed: int, opts: dict[str, Any]) -> Any:
-    from boute.optimize.baselines import RandomStrategy
+    from boute.optimize.strategies.random import RandomStrategy
 
     if variant == "random":
         return RandomStrategy(space, seed=seed)
@@ -131,8 +131,8 @@ def fast_trace(trials: Sequence[Any], evs: Evaluators) -> list[float]:
 
 def run_variant(variant: str, seed: int, evs: Evaluators, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.result import choose
     from boute.optimize.space import Space
+    from boute.optimize.trials import choose
 
     sp = Space.build(evs.scenario)
     ev = evs.sim if variant == "no-fast-path" else evs.fast

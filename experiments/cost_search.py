@@ -128,7 +128,7 @@ def _homogeneous_family(evs: Evaluators) -> list[list[Any]]:
 def _equal_family(evs: Evaluators) -> list[list[Any]]:
     """RouteLLM-style: the floor's routing and each tier the same budget on one GPU type; per choice of
     (GPU type, config) for every tier, the ladder of its plans as the budget grows."""
-    from boute.optimize.baselines import equal_split
+    from boute.optimize.strategies.fixed import equal_split
     from experiments.systems import routellm_fractions
 
     fr = routellm_fractions(evs)
@@ -225,7 +225,7 @@ def cheapest_confirmed(pairs: list, evs: Evaluators, k: int) -> dict[str, Any]:
     confirms, trying at most ``k`` in the staircase order of :func:`boute.optimize.confirm.candidates`."""
     from boute.optimize.confirm import candidates, distinct
     from boute.optimize.objectives import Objective
-    from boute.optimize.result import Trial
+    from boute.optimize.trials import Trial
 
     trials = [Trial(i, (), (), c, r) for i, (c, r) in enumerate(pairs) if r is not None]
     order = distinct(candidates(trials, Objective("cost"), evs.scenario.goal), k)
@@ -253,7 +253,7 @@ def boute_confirmed(outcome: Any, evs: Evaluators, k: int, ctx: Context) -> dict
     """BOute's figure: what ``boute optimize`` writes. Its confirmation (:mod:`boute.optimize.confirm`: the
     best plans, then a search with the simulator correcting the fast path if the cheapest fails) with the
     same ``k`` simulator runs as every baseline."""
-    from boute.optimize.session import confirm
+    from boute.optimize.confirm import confirm
 
     pairs = _pairs(outcome)
     out: dict[str, Any] = {"evals": outcome.evaluations, "fast_feasible": sum(bool(r.feasible) for _, r in pairs)}

@@ -40,7 +40,7 @@ def settings(ctx: Context) -> dict[str, Any]:
 
 def converge_point(trials: list[Any], targets: Any) -> int | None:
     """1-based index of the trial at which the final chosen plan was first chosen (None: never feasible)."""
-    from boute.optimize.result import best_key_trace
+    from boute.optimize.trials import best_key_trace
 
     keys = best_key_trace(trials, targets)
     if not keys or keys[-1] is None:

@@ -4,7 +4,7 @@ Every system returns a :class:`SystemRun`: the plan it would deploy (lowest fast
 that meet the quality floor, the P95 cap and the budget, as BOute chooses) and the *pool* of plans it
 evaluated, from which the throughput metric picks its best plan at a higher rate.
 
-* ``boute``: the constrained MOBO of :mod:`boute.optimize.mobo` over routing + heterogeneous deployment.
+* ``boute``: the constrained MOBO of :mod:`boute.optimize.strategies.mobo` over routing + heterogeneous deployment.
 * ``70b-homogeneous``: the large model alone, every (GPU type, TP/PP) with as many replicas as fit.
 * ``70b-heterogeneous``: the large model alone on the mixed pool (random search, ``n_random`` plans).
 * ``routellm-equal``: RouteLLM-style: the smallest large-tier share meeting the floor, equal budget per
@@ -91,8 +91,8 @@ def _space(scenario: Any, **kw: Any) -> Any:
 
 
 def _random_pairs(space: Any, evs: Evaluators, n: int, seed: int) -> list[tuple[Any, Any]]:
-    from boute.optimize.baselines import RandomStrategy
     from boute.optimize.loop import run_search
+    from boute.optimize.strategies.random import RandomStrategy
 
     trials = run_search(space, evs.fast, RandomStrategy(space, seed=seed), max_evals=n)
     return [(t.candidate, t.result) for t in trials if t.ok]
@@ -154,8 +154,8 @@ def run_boute(
 
 def _rehome(space: Any, trials: Sequence[Any]) -> list[Any]:
     """Earlier trials that are valid in ``space`` (e.g. a lower budget), re-indexed: a warm start."""
-    from boute.optimize.result import Trial
     from boute.optimize.space import is_valid
+    from boute.optimize.trials import Trial
 
     out = []
     for t in trials:
@@ -173,7 +173,7 @@ def _rehome(space: Any, trials: Sequence[Any]) -> list[Any]:
 
 
 def run_70b_homogeneous(evs: Evaluators) -> SystemRun:
-    from boute.optimize.baselines import single_tier_single_gpu
+    from boute.optimize.strategies.fixed import single_tier_single_gpu
 
     t0 = time.perf_counter()
     n_t = len(evs.scenario.tiers)
@@ -194,7 +194,7 @@ def run_70b_heterogeneous(evs: Evaluators, ctx: Context, n_random: int) -> Syste
 
 
 def run_routellm(evs: Evaluators) -> SystemRun:
-    from boute.optimize.baselines import equal_split
+    from boute.optimize.strategies.fixed import equal_split
 
     t0 = time.perf_counter()
     fr = routellm_fractions(evs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -116,7 +117,7 @@ class SkewedEvaluator(SyntheticEvaluator):
         r = super().__call__(cand)
         p95 = min(OVERLOAD_P95_S, r.p95_latency_s * self.skew)
         feasible = self.scenario.goal.met_by(r.quality, p95, r.cost_per_hour)
-        return EvalResult(**{**r.to_dict(), "p95_latency_s": p95, "feasible": feasible, "evaluator": self.name})
+        return replace(r, p95_latency_s=p95, feasible=feasible, evaluator=self.name)
 
 
 def optimistic_evaluator(scenario: Scenario, mode: str = "preroute", **_: object) -> SkewedEvaluator:

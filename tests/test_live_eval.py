@@ -31,11 +31,11 @@ def test_live_evaluation_of_one_candidate(redis_url: str) -> None:
         assert urls and all(u.startswith("http://127.0.0.1:") for u in urls)
         bare = httpx.post(urls[0] + "/v1/completions", json={"model": "m", "prompt": "p", "max_tokens": 1})
         assert bare.status_code == 401
-        assert r.evaluator == "live" and r.extra["failed"] == 0 and r.extra["requests"] == 60
-        assert r.extra["answers_match_profile"] == 1.0  # every answer is the answering tier's recorded one
-        assert set(r.extra["tier_shares"]) <= {"small", "large"}
+        assert r.evaluator == "live" and r.extra.failed == 0 and r.extra.requests == 60
+        assert r.extra.answers_match_profile == 1.0  # every answer is the answering tier's recorded one
+        assert r.extra.answered_shares is not None and set(r.extra.answered_shares) <= {"small", "large"}
         # quality: what the tiers that answered score on average, up to the noise of 60 samples
-        expected = sum(share * tier_q[col[t]] for t, share in r.extra["tier_shares"].items())
+        expected = sum(share * tier_q[col[t]] for t, share in r.extra.answered_shares.items())
         assert abs(r.quality - expected) < 0.15, (r.quality, expected)
         assert r.p50_latency_s is not None and 0 < r.p50_latency_s <= r.p95_latency_s < 100
         assert r.cost_per_hour == plan_cost(list(cand.deployment), sc)

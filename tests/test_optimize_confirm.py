@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from boute.optimize.confirm import CONFIRM_SEARCH, CONFIRMED
-from boute.optimize.session import confirm, optimize
+from boute.optimize.confirm import CONFIRM_SEARCH, CONFIRMED, confirm
+from boute.optimize.session import optimize
 from boute.specs import load_scenario
 from tests.cli import run_cli
 from tests.optimize_synthetic import SkewedEvaluator

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from boute.optimize.objectives import PREFER_RULES, Objective, knee_goodness, make_objective, nondominated
-from boute.optimize.result import choose, hypervolume3, pareto_front
+from boute.optimize.trials import choose, hypervolume3, pareto_front
 from boute.specs import Targets, load_scenario
 from tests.optimize_synthetic import SyntheticEvaluator
 
@@ -149,9 +149,9 @@ def test_latency_front_and_choice_are_unchanged(scenario) -> None:
 
 def test_mobo_cost_proposals_are_new_canonical_plans_that_pass_the_screens(scenario) -> None:
     from boute.optimize.loop import run_search
-    from boute.optimize.mobo import MoboStrategy
     from boute.optimize.screen import Screen
     from boute.optimize.space import Space
+    from boute.optimize.strategies.mobo import MoboStrategy
 
     sp = Space.build(scenario)
     ev = SyntheticEvaluator(scenario)
@@ -171,9 +171,9 @@ def test_mobo_cost_proposals_are_new_canonical_plans_that_pass_the_screens(scena
 
 
 def test_nsga2_takes_the_objective(scenario) -> None:
-    from boute.optimize.baselines import NSGA2Strategy
     from boute.optimize.loop import run_search
     from boute.optimize.space import Space
+    from boute.optimize.strategies.nsga2 import NSGA2Strategy
 
     sp = Space.build(scenario)
     for obj in ("cost", "pareto"):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from boute.optimize.loop import run_search
-from boute.optimize.result import SCREENED
 from boute.optimize.screen import Screen
 from boute.optimize.space import Space
+from boute.optimize.trials import SCREENED
 from boute.specs import load_scenario
 from tests.optimize_synthetic import SyntheticEvaluator
 
@@ -60,10 +60,10 @@ def _assert_bound_holds(sp: Space, ev, scr: Screen, n: int) -> tuple[int, int]:
         cand = sp.decode(rng.random(sp.dim))
         why = scr.overload(cand)
         res = ev(cand)
-        stable += res.extra["stable"]
+        stable += bool(res.extra.stable)
         if why is not None:
             removed += 1
-            assert not res.extra["stable"], f"screened a plan the fast path finds stable: {why}"
+            assert not res.extra.stable, f"screened a plan the fast path finds stable: {why}"
     return removed, stable
 
 
@@ -86,7 +86,7 @@ def test_capacity_bound_holds_on_a_prefill_heavy_workload() -> None:
 
 
 def test_screened_trials_cost_no_evaluation_and_are_recorded() -> None:
-    from boute.optimize.baselines import RandomStrategy
+    from boute.optimize.strategies.random import RandomStrategy
 
     sc = load_scenario(None)
     sp = Space.build(sc)
@@ -96,7 +96,7 @@ def test_screened_trials_cost_no_evaluation_and_are_recorded() -> None:
     trials = run_search(sp, ev, RandomStrategy(sp, seed=4), max_evals=30, screen=scr, on_trial=seen.append)
     evaluated = [t for t in trials if t.evaluated]
     screened = [t for t in trials if t.status == SCREENED]
-    assert len(evaluated) == 30 == ev.calls + sum(bool(t.result and t.result.extra.get("cached")) for t in evaluated)
+    assert len(evaluated) == 30 == ev.calls + sum(bool(t.result and t.result.extra.cached) for t in evaluated)
     assert screened and all(t.result is None and t.error for t in screened)
     assert {t.error.split(":")[0] for t in screened} <= {"capacity", "quality"}
     assert [t.index for t in trials] == list(range(len(trials))) and seen == trials

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from boute.optimize.baselines import NSGA2Strategy, RandomStrategy, equal_split, single_tier_single_gpu
 from boute.optimize.loop import run_search, targets_of
-from boute.optimize.result import choose, hypervolume, hypervolume_trace, pareto_mask
 from boute.optimize.space import Space, is_valid
+from boute.optimize.strategies.fixed import equal_split, single_tier_single_gpu
+from boute.optimize.strategies.nsga2 import NSGA2Strategy
+from boute.optimize.strategies.random import RandomStrategy
+from boute.optimize.trials import choose, hypervolume, hypervolume_trace, pareto_mask
 from boute.specs import load_scenario
 from tests.optimize_synthetic import SyntheticEvaluator
 
@@ -72,7 +74,7 @@ def test_tpe_resumes_exactly_and_learns_where_the_feasible_plans_are(setup) -> N
     plus log-excess over the P95 cap, trials 30-59)."""
     import math
 
-    from boute.optimize.tpe import TPEStrategy
+    from boute.optimize.strategies.tpe import TPEStrategy
 
     sp, ev = setup
     full = run_search(sp, ev, TPEStrategy(sp, seed=4), max_evals=60, batch=4)
@@ -131,7 +133,7 @@ def test_fixed_strategies_are_valid(setup) -> None:
 
 
 def test_mobo_models_quality_exactly_and_proposes_canonical_new_plans(setup) -> None:
-    from boute.optimize.mobo import MoboStrategy
+    from boute.optimize.strategies.mobo import MoboStrategy
 
     sp, ev = setup
     strat = MoboStrategy(sp, seed=0, n_init=8, pool_global=64, pool_local=64, acq="hybrid")
@@ -152,8 +154,8 @@ def test_mobo_models_quality_exactly_and_proposes_canonical_new_plans(setup) -> 
 
 
 def test_mobo_without_exact_quality_falls_back_to_the_gp_design(setup) -> None:
-    from boute.optimize.mobo import MoboStrategy
     from boute.optimize.registry import make_strategy
+    from boute.optimize.strategies.mobo import MoboStrategy
 
     sp, ev = setup
     opts = {"n_init": 8, "num_restarts": 1, "raw_samples": 32, "mc_samples": 16}
@@ -169,8 +171,8 @@ def test_mobo_without_exact_quality_falls_back_to_the_gp_design(setup) -> None:
 def test_sampled_quality_meets_the_floor_within_two_standard_errors() -> None:
     """A live result's quality is a sample mean: within two standard errors of the floor it counts as
     meeting it (the same rule the live evaluator's own ``feasible`` and the confirmations use)."""
-    from boute.optimize.evaluators import EvalResult
-    from boute.optimize.result import Trial
+    from boute.optimize.evaluators import EvalDetail, EvalResult
+    from boute.optimize.trials import Trial
     from boute.specs import Targets
 
     sp = Space.build(load_scenario("builtin:small-live"))
@@ -178,8 +180,9 @@ def test_sampled_quality_meets_the_floor_within_two_standard_errors() -> None:
     targets = Targets(quality_floor=0.69, p95_cap_s=20.0, budget=sp.budget)
 
     def trial(quality: float, stderr: float | None) -> Trial:
-        extra = {} if stderr is None else {"quality_stderr": stderr}
-        res = EvalResult(quality, 3.0, 3.0, cand.cost_per_hour, False, 1.0, "live", extra=extra)
+        res = EvalResult(
+            quality, 3.0, 3.0, cand.cost_per_hour, False, 1.0, "live", extra=EvalDetail(quality_stderr=stderr)
+        )
         return Trial(0, (), (), cand, res)
 
     assert choose([trial(0.67, 0.02)], targets)[0] is not None  # 0.67 + 2 x 0.02 >= 0.69

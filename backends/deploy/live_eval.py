@@ -27,7 +27,7 @@ from backends.deploy.launch import LOOPBACK, LaunchOptions
 from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.errors import BouteError
-from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult, candidate_plan, router_of
+from boute.optimize.evaluators import OVERLOAD_P95_S, EvalDetail, EvalResult, candidate_plan, router_of
 from boute.optimize.space import Candidate
 from boute.serving.auth import TOKEN_ENV
 from boute.serving.bundle import open_plan, write_plan
@@ -185,16 +185,16 @@ class LiveEvaluator:
             evaluator=self.name,
             p50_latency_s=m["p50"],
             mean_latency_s=m["mean"],
-            extra={
-                "requests": len(self.prompts),
-                "failed": int(round(failed * len(self.prompts))),
-                "tier_shares": m["tier_shares"],
-                "quality_stderr": m["quality_stderr"],
-                "answers_match_profile": m["match"],
-                "speedup": self.speedup,
-                "deploy_s": deploy_s,
-                "replay_wall_s": res.wall_s,
-            },
+            extra=EvalDetail(
+                requests=len(self.prompts),
+                failed=int(round(failed * len(self.prompts))),
+                answered_shares=m["tier_shares"],
+                quality_stderr=m["quality_stderr"],
+                answers_match_profile=m["match"],
+                speedup=self.speedup,
+                deploy_s=deploy_s,
+                replay_wall_s=res.wall_s,
+            ),
         )
 
     def close(self) -> None:

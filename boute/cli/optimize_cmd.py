@@ -21,9 +21,9 @@ from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEG
 if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
     from rich.progress import Progress, TaskID
 
+    from boute.optimize.outcome import Outcome
     from boute.optimize.plan_run import PlanRun
-    from boute.optimize.result import Trial
-    from boute.optimize.session import Outcome
+    from boute.optimize.trials import Trial
 
 
 def register(app: typer.Typer) -> None:

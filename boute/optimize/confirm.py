@@ -14,11 +14,11 @@ the targets can be the answer**:
    same objective and screens, its GP now trained on the faithful figures), until the confirmed choice
    has not changed for ``CONFIRM_PATIENCE`` evaluations, or ``max_evals`` confirming evaluations in all are
    spent. With ``prior`` (the search evaluator, when it is cheap), that GP models only the discrepancy
-   between the confirming evaluator and ``prior``, plan by plan (:class:`boute.optimize.mobo.MoboStrategy`),
+   between the confirming evaluator and ``prior``, plan by plan (:class:`boute.optimize.strategies.mobo.MoboStrategy`),
    so each faithful result corrects the search evaluator's figures for the whole space.
 3. The answer is the objective's pick among plans the confirming evaluator found meeting the targets; if
    there is none, :attr:`Outcome.final` stays None and the caller reports the closest confirmed plan
-   (``boute optimize`` exits 2 and writes nothing).
+   (``boute optimize`` exits 2 and writes nothing); the experiment's status becomes ``unconfirmed``.
 
 Every confirming evaluation is recorded as a trial of the experiment after the searched ones: status
 ``confirmed`` (a re-check of search trial ``params.source``) or ``confirm-search`` (a plan the continued search
@@ -28,16 +28,23 @@ not ``complete``). The logic uses only the evaluator protocol (results of two ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from boute.optimize.evaluators import Evaluator
+from boute.errors import BouteError
+from boute.optimize.evaluators.base import EvalResult, Evaluator
 from boute.optimize.loop import run_search
 from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial, feasible_mask, figures
+from boute.optimize.outcome import Outcome
+from boute.optimize.records import trial_row
+from boute.optimize.registry import make_strategy
 from boute.optimize.screen import Screen
+from boute.optimize.space import Candidate
+from boute.optimize.trials import Trial, feasible_mask, figures
+from boute.quality.policy import QualityModel
+from boute.specs.targets import Targets
 
 #: status of a confirming re-evaluation of a search trial, and of a trial of the continued search
 CONFIRMED = "confirmed"
@@ -67,7 +74,7 @@ def distinct(pool: Sequence[Trial], k: int) -> list[Trial]:
     return picked
 
 
-def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> list[Trial]:
+def candidates(trials: Sequence[Trial], objective: Objective, targets: Targets) -> list[Trial]:
     """Search trials meeting the targets, in the order confirmation tries them (module doc, step 1)."""
     ok = [t for t in trials if t.ok]
     feas, q, p, c = figures([t for t, m in zip(ok, feasible_mask(ok, targets), strict=True) if m])
@@ -86,7 +93,7 @@ def candidates(trials: Sequence[Trial], objective: Objective, targets: Any) -> l
 
 
 def confirm(
-    out: Any,
+    out: Outcome,
     evaluator: Evaluator,
     max_points: int = 4,
     store: Any = None,
@@ -98,21 +105,18 @@ def confirm(
 ) -> None:
     """Confirm ``out``'s answer with ``evaluator`` (module doc); sets ``out.final`` (None: nothing confirmed).
 
-    ``max_evals``: confirming evaluations in all, re-checks and continued search (default ``3 * max_points``);
-    ``max_evals <= max_points`` never continues the search. ``prior``: a cheap evaluator whose P95 the
-    continued search corrects (module doc, step 2).
+    ``store``: the tracking store (:func:`boute.tracking.open_store`) the confirmations are recorded in, as
+    trials of ``out``'s experiment. ``max_evals``: confirming evaluations in all, re-checks and continued
+    search (default ``3 * max_points``); ``max_evals <= max_points`` never continues the search. ``prior``:
+    a cheap evaluator whose P95 the continued search corrects (module doc, step 2).
     """
-    from boute.optimize.loop import targets_of
-
-    tg = targets_of(out.space)
+    tg = out.space.scenario.goal
     objective: Objective = out.objective
     budget = 3 * max_points if max_evals is None else max(1, max_evals)
 
     def record(row: Trial) -> None:
         out.confirmations.append(row)
         if store is not None and out.experiment_id is not None:
-            from boute.optimize.session import trial_row
-
             store.add_trial(out.experiment_id, trial_row(row))
 
     checked: list[Trial] = []  # (the search trial whose plan was confirmed) -> out.confirmed[index]
@@ -139,11 +143,13 @@ def confirm(
         _continue_search(out, evaluator, budget - len(out.confirmations), record, seed, strategy_options, prior)
         searched = [t for t in out.confirmations if t.status == CONFIRM_SEARCH and t.result is not None]
         for t in searched:
-            out.confirmed[t.index] = t.result
+            out.confirmed[t.index] = t.checked_result
         _pick(out, checked + searched, tg)
+    if store is not None and out.experiment_id is not None and out.final is None:
+        store.set_status(out.experiment_id, "unconfirmed")
 
 
-def _pick(out: Any, checked: list[Trial], tg: Any) -> bool:
+def _pick(out: Outcome, checked: list[Trial], tg: Targets) -> bool:
     """Set ``out.final`` to the objective's pick among confirmed plans meeting the targets (True if any)."""
     res = [out.confirmed[t.index] for t in checked]
     if not res:
@@ -166,12 +172,12 @@ class _Guarded:
 
     def __init__(self, evaluator: Evaluator) -> None:
         self.inner = evaluator
-        self.name, self.fidelity = evaluator.name, evaluator.fidelity
-        self.mode, self.quality_model = evaluator.mode, evaluator.quality_model
+        self.name: str = evaluator.name
+        self.fidelity: int = evaluator.fidelity
+        self.mode: str = evaluator.mode
+        self.quality_model: QualityModel | None = evaluator.quality_model
 
-    def __call__(self, cand: Any) -> Any:
-        from boute.errors import BouteError
-
+    def __call__(self, cand: Candidate) -> EvalResult:
         try:
             return self.inner(cand)
         except BouteError:
@@ -184,17 +190,15 @@ class _Guarded:
 
 
 def _continue_search(
-    out: Any,
+    out: Outcome,
     evaluator: Evaluator,
     n: int,
-    record: Any,
+    record: Callable[[Trial], None],
     seed: int,
     strategy_options: dict[str, Any] | None,
     prior: Evaluator | None = None,
 ) -> None:
     """Search on with the confirming evaluator, warm-started from the confirmations (module doc, step 2)."""
-    from boute.optimize.registry import make_strategy
-
     space = out.space
     base = len(out.trials)
     # the confirmations so far, as the history of a search with the confirming evaluator (local indices)

@@ -1,4 +1,4 @@
-"""The search harness every strategy runs in: ask -> screen -> decode -> evaluate -> record, on equal budgets.
+"""The search loop every strategy runs in: ask -> screen -> decode -> evaluate -> record, on equal budgets.
 
 Strategies are *stateless over history*: ``ask(trials)`` proposes the point for trial ``len(trials)``
 from the trials so far, deterministically for a given seed. That is what makes resuming exact: a resumed
@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from boute.errors import BouteError
-from boute.optimize.evaluators import EvalResult, Evaluator
+from boute.optimize.evaluators.base import EvalResult, Evaluator
+from boute.optimize.evaluators.pool import EvaluatorPool
 from boute.optimize.objectives import Objective
-from boute.optimize.parallel import EvaluatorPool
-from boute.optimize.result import SCREENED, ChoiceTracker, Trial
 from boute.optimize.screen import Screen
 from boute.optimize.space import Space
-from boute.optimize.strategy import Strategy
+from boute.optimize.strategies.base import Strategy
+from boute.optimize.trials import SCREENED, ChoiceTracker, Trial
 from boute.specs.targets import Targets
 
 #: a strategy whose proposals the screens reject this many times in a row has nothing new left to offer
@@ -33,6 +34,7 @@ SCREENED_RUN_LIMIT = 1000
 
 
 def targets_of(space: Space) -> Targets:
+    """The targets a search in ``space`` must meet (the scenario's goal: floor, cap, budget)."""
     return space.scenario.goal
 
 
@@ -69,9 +71,8 @@ def _trial(space: Space, index: int, x: np.ndarray, asked: np.ndarray | None, re
 
 
 def _cached(hit: EvalResult) -> EvalResult:
-    return EvalResult(
-        **{**hit.to_dict(), "thresholds": hit.thresholds, "wall_s": 0.0, "extra": {**hit.extra, "cached": True}}
-    )
+    """``hit`` as the answer to a repeat of its plan: no wall time, marked ``cached``."""
+    return replace(hit, wall_s=0.0, extra=replace(hit.extra, cached=True))
 
 
 def evaluate_point(

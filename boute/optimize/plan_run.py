@@ -1,7 +1,7 @@
 """Make a plan, end to end: the one entry point ``boute optimize`` and the re-plan loop call.
 
 search (:func:`boute.optimize.session.optimize`) -> confirm with a more faithful evaluator
-(:func:`~boute.optimize.session.confirm`) -> build the plan (:func:`~boute.optimize.session.build_plan`) ->
+(:func:`boute.optimize.confirm.confirm`) -> build the plan (:func:`~boute.optimize.session.build_plan`) ->
 write it with its bundle, atomically (:func:`boute.serving.bundle.write_plan`) -> record it in the tracking
 DB. A request is a frozen, picklable :class:`PlanRequest`; the answer is a typed :class:`PlanRun` (the plan
 as written and what the run did), and every failure is a typed error: :class:`~boute.errors.InfeasibleError`
@@ -27,9 +27,9 @@ from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerEr
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
 
 if TYPE_CHECKING:
-    from boute.optimize.evaluators import EvalResult
-    from boute.optimize.result import Trial
-    from boute.optimize.session import Outcome
+    from boute.optimize.evaluators.base import EvalResult
+    from boute.optimize.outcome import Outcome
+    from boute.optimize.trials import Trial
     from boute.specs import Plan, Scenario
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -161,9 +161,11 @@ def make_plan(
     """Search, confirm, write and record one plan (module doc). ``on_trial``: each finished trial (a progress
     bar); ``on_searched``: the search's outcome before confirmation. Raises InfeasibleError, UnconfirmedError
     or BouteError; a plan is written only once it is confirmed."""
+    from boute.optimize import confirm as confirmation
     from boute.optimize import session
-    from boute.optimize.evaluators import make_evaluator, router_of
-    from boute.optimize.parallel import default_workers
+    from boute.optimize.evaluators.base import router_of
+    from boute.optimize.evaluators.pool import default_workers
+    from boute.optimize.registry import make_evaluator
     from boute.quality import quality_model_for
     from boute.quality.router import router_files
     from boute.serving.bundle import open_plan, write_plan
@@ -219,7 +221,7 @@ def make_plan(
             ev = checker  # closed by the finally below, whatever happens while confirming
             # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
             prior = searcher if searching.fidelity == 0 else None
-            session.confirm(res, checker, store=store, max_evals=req.max_confirm, seed=req.seed, prior=prior)
+            confirmation.confirm(res, checker, store=store, max_evals=req.max_confirm, seed=req.seed, prior=prior)
             checker.close()
         elif req.confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
             res.confirmed[res.chosen.index] = res.chosen.result

@@ -8,8 +8,20 @@ targets as dashed lines and the written plan as a star, so every front point can
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from boute.optimize.evaluators.base import EvalResult
+    from boute.optimize.outcome import Outcome
+
+#: the three axes of the front, by the result field they plot
+AXES: dict[str, Callable[[EvalResult], float]] = {
+    "quality": lambda r: r.quality,
+    "p95_latency_s": lambda r: r.p95_latency_s,
+    "cost_per_hour": lambda r: r.cost_per_hour,
+}
 
 
 def _save(fig: Any, path: str | Path) -> Path:
@@ -24,7 +36,7 @@ def _save(fig: Any, path: str | Path) -> Path:
     return p
 
 
-def _written(out: Any) -> Any:
+def _written(out: Outcome) -> EvalResult | None:
     """The written plan's figures (the confirming evaluator's when confirmed), or None."""
     t = out.final
     if t is None or t.result is None:
@@ -32,24 +44,29 @@ def _written(out: Any) -> Any:
     return out.confirmed.get(t.index, t.result)
 
 
-def plot_front(out: Any, path: str | Path) -> Path:
+def plot_front(out: Outcome, path: str | Path) -> Path:
+    """The front plot of ``out`` written to ``path`` (module doc); the 3-D projections for cost and pareto."""
     import matplotlib
 
     matplotlib.use("Agg")
-    if getattr(out, "objective", None) is not None and out.objective.name != "latency":
+    if out.objective.name != "latency":
         return plot_front3(out, path)
     import matplotlib.pyplot as plt
 
-    from boute.optimize.loop import targets_of
-
-    tg = targets_of(out.space)
+    tg = out.space.scenario.goal
     ok = [t for t in out.trials if t.ok]
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
-    ax.scatter([t.result.quality for t in ok], [t.result.p95_latency_s for t in ok], s=12, c="0.7", label="evaluated")
+    ax.scatter(
+        [t.checked_result.quality for t in ok],
+        [t.checked_result.p95_latency_s for t in ok],
+        s=12,
+        c="0.7",
+        label="evaluated",
+    )
     fr = out.front
     ax.plot(
-        [t.result.quality for t in fr],
-        [t.result.p95_latency_s for t in fr],
+        [t.checked_result.quality for t in fr],
+        [t.checked_result.p95_latency_s for t in fr],
         "o-",
         c="tab:blue",
         ms=4,
@@ -69,7 +86,7 @@ def plot_front(out: Any, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def plot_front3(out: Any, path: str | Path) -> Path:
+def plot_front3(out: Outcome, path: str | Path) -> Path:
     """The quality x P95 x $/h front as three pairwise projections (module doc)."""
     import matplotlib
 
@@ -77,9 +94,7 @@ def plot_front3(out: Any, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from boute.optimize.loop import targets_of
-
-    tg = targets_of(out.space)
+    tg = out.space.scenario.goal
     ok = [t for t in out.trials if t.ok]
     fr = out.front
     axes_def = {
@@ -95,14 +110,14 @@ def plot_front3(out: Any, path: str | Path) -> Path:
     fig, axs = plt.subplots(1, 3, figsize=(15.0, 4.6), dpi=100)
     r = _written(out)
     for ax, (xk, yk, ck) in zip(axs, panels, strict=True):
-        xs = np.array([getattr(t.result, xk) for t in ok])
-        ys = np.array([getattr(t.result, yk) for t in ok])
+        xs = np.array([AXES[xk](t.checked_result) for t in ok])
+        ys = np.array([AXES[yk](t.checked_result) for t in ok])
         ax.scatter(xs, ys, s=9, c="0.8", label=f"evaluated ({len(ok)})", zorder=1)
         if fr:
-            cv = np.array([getattr(t.result, ck) for t in fr])
+            cv = np.array([AXES[ck](t.checked_result) for t in fr])
             sc = ax.scatter(
-                [getattr(t.result, xk) for t in fr],
-                [getattr(t.result, yk) for t in fr],
+                [AXES[xk](t.checked_result) for t in fr],
+                [AXES[yk](t.checked_result) for t in fr],
                 s=42,
                 c=cv,
                 cmap="viridis",
@@ -129,8 +144,8 @@ def plot_front3(out: Any, path: str | Path) -> Path:
         t = out.final
         if t is not None and t.result is not None and r is not None and t.result is not r:
             ax.scatter(  # where the search put the written plan, when the confirmation moved it
-                [getattr(t.result, xk)],
-                [getattr(t.result, yk)],
+                [AXES[xk](t.checked_result)],
+                [AXES[yk](t.checked_result)],
                 marker="o",
                 s=150,
                 facecolors="none",
@@ -141,8 +156,8 @@ def plot_front3(out: Any, path: str | Path) -> Path:
             )
         if r is not None:
             ax.scatter(
-                [getattr(r, xk)],
-                [getattr(r, yk)],
+                [AXES[xk](r)],
+                [AXES[yk](r)],
                 marker="*",
                 s=260,
                 c="tab:orange",
@@ -157,7 +172,7 @@ def plot_front3(out: Any, path: str | Path) -> Path:
             ax.set_yscale("log")
         ax.grid(alpha=0.25)
     axs[0].legend(fontsize=7, loc="upper right")
-    n_scr = getattr(out, "screened", 0)
+    n_scr = out.screened
     fig.suptitle(
         f"{out.space.scenario.name}: objective {out.objective.label}, {out.evaluations} evaluations"
         + (f" ({n_scr} screened out)" if n_scr else "")

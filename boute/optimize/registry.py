@@ -11,9 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boute.errors import BouteError
+
+if TYPE_CHECKING:
+    from boute.optimize.evaluators.base import Evaluator
+    from boute.optimize.space import Space
+    from boute.optimize.strategies.base import Strategy
+    from boute.quality.policy import QualityModel
+    from boute.specs import Scenario
 
 
 @dataclass(frozen=True)
@@ -55,21 +62,37 @@ class Registry:
 
 #: ``target(scenario, mode, *, seed, quality_model, **options) -> Evaluator``
 EVALUATORS = Registry("evaluator", "--evaluator")
-EVALUATORS.register("fast", "boute.optimize.evaluators:FastEvaluator", "analytical fast path", fidelity=0)
-EVALUATORS.register("sim", "boute.optimize.evaluators:SimEvaluator", "event simulator", fidelity=1)
+EVALUATORS.register("fast", "boute.optimize.evaluators.fast:FastEvaluator", "analytical fast path", fidelity=0)
+EVALUATORS.register("sim", "boute.optimize.evaluators.sim:SimEvaluator", "event simulator", fidelity=1)
 
 #: ``target(space, *, seed, **options) -> Strategy``
 STRATEGIES = Registry("strategy", "--strategy")
-STRATEGIES.register("mobo", "boute.optimize.mobo:MoboStrategy", "exact quality + latency GP")
-STRATEGIES.register("mobo-gp", "boute.optimize.mobo_gp:GPMoboStrategy", "GPs for quality and latency")
-STRATEGIES.register("random", "boute.optimize.baselines:RandomStrategy", "uniform random plans")
-STRATEGIES.register("nsga2", "boute.optimize.baselines:NSGA2Strategy", "NSGA-II")
-STRATEGIES.register("tpe", "boute.optimize.tpe:TPEStrategy", "Optuna's constrained TPE")
+STRATEGIES.register("mobo", "boute.optimize.strategies.mobo:MoboStrategy", "exact quality + latency GP")
+STRATEGIES.register("mobo-gp", "boute.optimize.strategies.mobo_gp:GPMoboStrategy", "GPs for quality and latency")
+STRATEGIES.register("random", "boute.optimize.strategies.random:RandomStrategy", "uniform random plans")
+STRATEGIES.register("nsga2", "boute.optimize.strategies.nsga2:NSGA2Strategy", "NSGA-II")
+STRATEGIES.register("tpe", "boute.optimize.strategies.tpe:TPEStrategy", "Optuna's constrained TPE")
 
 
-def make_strategy(name: str, space: Any, seed: int = 0, **options: Any) -> Any:
-    """The strategy called ``name`` for ``space``."""
-    return STRATEGIES.get(name).load()(space, seed=seed, **options)
+def make_strategy(name: str, space: Space, seed: int = 0, **options: Any) -> Strategy:
+    """The strategy called ``name`` for ``space``; ``options`` go to its constructor."""
+    strategy: Strategy = STRATEGIES.get(name).load()(space, seed=seed, **options)
+    return strategy
+
+
+def make_evaluator(
+    name: str,
+    scenario: Scenario,
+    mode: str = "preroute",
+    seed: int = 0,
+    *,
+    quality_model: QualityModel | None = None,
+    **options: Any,
+) -> Evaluator:
+    """The evaluator called ``name``; ``options`` go to it (e.g. the live one's ``redis_url``)."""
+    factory = EVALUATORS.get(name).load()
+    evaluator: Evaluator = factory(scenario, mode, seed=seed, quality_model=quality_model, **options)
+    return evaluator
 
 
 #: what ``boute optimize --objective`` minimises among plans meeting the targets (boute/optimize/objectives.py)

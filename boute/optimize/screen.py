@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from boute.optimize.evaluators.base import policy_of
 from boute.optimize.space import Candidate, Space
-from boute.quality.policy import QualityModel
+from boute.quality.policy import PolicyResult, QualityModel
 from boute.specs import ReplicaGroup
+
+if TYPE_CHECKING:
+    from boute.perf.model import ReplicaPerf
 
 #: tokens in one large prefill pass used for the best-case per-token prefill cost (a big chunk amortises
 #: the per-step overhead, which is what makes the bound optimistic)
@@ -51,7 +55,7 @@ class ScreenCounts:
         return asdict(self)
 
 
-def replica_bound_rps(perf: Any, mean_in: float, mean_out: float) -> float:
+def replica_bound_rps(perf: ReplicaPerf, mean_in: float, mean_out: float) -> float:
     """Upper bound on the requests/s one replica can complete, from the performance model alone.
 
     Two necessary conditions, each optimistic: decode cannot run more than the KV-limited batch ``B`` per
@@ -60,7 +64,7 @@ def replica_bound_rps(perf: Any, mean_in: float, mean_out: float) -> float:
     be prefilled at no better than the per-token cost of one large prefill pass. The replica serves at most
     the smaller of the two (real engines also pay for their interplay, which only lowers the rate).
     """
-    if not getattr(perf, "fits", True):
+    if not perf.fits:
         return 0.0
     b = int(perf.max_batch(mean_in, mean_out))
     if b < 1:
@@ -88,7 +92,7 @@ class Screen:
     search: ScreenCounts = field(default_factory=ScreenCounts)  # the strategy's proposals
     pool: ScreenCounts = field(default_factory=ScreenCounts)  # acquisition candidates (MOBO's pool)
     _bounds: dict[tuple[str, str, int, int, str], float] = field(default_factory=dict, repr=False)
-    _q: dict[tuple[float, ...], Any] = field(default_factory=dict, repr=False)
+    _q: dict[tuple[float, ...], PolicyResult] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, space: Space, quality_model: QualityModel | None, mode: str = "preroute") -> Screen:
@@ -103,9 +107,7 @@ class Screen:
     def floor(self) -> float:
         return self.space.scenario.targets.quality_floor
 
-    def _policy(self, fractions: np.ndarray) -> Any:
-        from boute.optimize.evaluators import policy_of
-
+    def _policy(self, fractions: np.ndarray) -> PolicyResult:
         key = tuple(round(float(f), 12) for f in fractions)
         if key not in self._q:
             if len(self._q) > 200_000:

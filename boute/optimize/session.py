@@ -1,7 +1,11 @@
-"""One optimisation run end to end: space, screens, evaluator, strategy, tracking, resume, choice, confirmation.
+"""One search end to end: space, screens, evaluator, strategy, tracking, resume, choice; then the plan.
 
-The CLI and the bench both call :func:`optimize`; it owns no I/O beyond the tracking store and the
-``on_trial`` callback (the CLI's progress bar), so the plan file is written by the caller.
+:func:`optimize` builds the space, the evaluator's screens and the strategy, resumes the experiment's trials
+from the tracking store, runs the loop (:func:`boute.optimize.loop.run_search`) and chooses
+(:mod:`boute.optimize.trials`): an :class:`~boute.optimize.outcome.Outcome`. Confirmation
+(:func:`boute.optimize.confirm.confirm`) completes it, :func:`build_plan` turns it into the plan to write.
+It owns no I/O beyond the tracking store and the ``on_trial`` callback (the CLI's progress bar), so the
+plan file is written by the caller (:func:`boute.optimize.plan_run.make_plan`).
 """
 
 from __future__ import annotations
@@ -10,19 +14,20 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from boute.errors import InfeasibleError
-from boute.optimize.evaluators import EvalResult, Evaluator, candidate_plan, make_evaluator
-from boute.optimize.loop import run_search, targets_of
+from boute.optimize.evaluators.base import EvalResult, Evaluator, candidate_plan
+from boute.optimize.evaluators.pool import EvaluatorPool
+from boute.optimize.loop import run_search
 from boute.optimize.objectives import Objective, make_objective
-from boute.optimize.parallel import EvaluatorPool
-from boute.optimize.registry import make_strategy
-from boute.optimize.result import SCREENED, Trial, choose, figures, hypervolume, hypervolume3, pareto_front
+from boute.optimize.outcome import Outcome
+from boute.optimize.records import front_point, trial_from_row, trial_row
+from boute.optimize.registry import make_evaluator, make_strategy
 from boute.optimize.screen import Screen
-from boute.optimize.space import Candidate, Space
-from boute.specs import Plan, Prediction, ReplicaGroup, Scenario
+from boute.optimize.space import Space
+from boute.optimize.trials import Trial, choose, figures, hypervolume, hypervolume3, pareto_front
+from boute.specs import Plan, Prediction, Scenario
 
 
 def with_targets(scenario: Scenario, budget: float | None, floor: float | None, cap: float | None) -> Scenario:
@@ -38,34 +43,6 @@ def with_targets(scenario: Scenario, budget: float | None, floor: float | None, 
     if t:
         upd["targets"] = scenario.targets.model_copy(update=t)
     return scenario.model_copy(update=upd) if upd else scenario
-
-
-def trial_row(t: Trial) -> dict[str, Any]:
-    c = t.candidate
-    return {
-        "index": t.index,
-        "status": t.status,
-        "evaluator": t.result.evaluator if t.result else ("screen" if t.status == SCREENED else ""),
-        "params": {
-            "x": list(t.x),
-            "z": list(t.z),
-            "fractions": list(c.fractions),
-            "deployment": [g.model_dump(mode="json") for g in c.deployment],
-            "cost_per_hour": c.cost_per_hour,
-        },
-        "metrics": t.result.to_dict() if t.result else None,
-        "error": t.error,
-        "wall_s": t.result.wall_s if t.result else 0.0,
-    }
-
-
-def trial_from_row(row: Any) -> Trial:
-    p = row.params
-    cand = Candidate(
-        tuple(p["fractions"]), tuple(ReplicaGroup(**g) for g in p["deployment"]), float(p["cost_per_hour"])
-    )
-    res = EvalResult.from_dict(row.metrics) if row.metrics else None
-    return Trial(row.index, tuple(p["x"]), tuple(p["z"]), cand, res, status=row.status, error=row.error)
 
 
 def perf_fingerprint(scenario: Scenario) -> str:
@@ -109,68 +86,6 @@ def settings_of(
     }
 
 
-@dataclass
-class Outcome:
-    space: Space
-    trials: list[Trial]
-    chosen: Trial | None
-    closest: Trial | None
-    front: list[Trial]
-    hypervolume: float
-    resumed_trials: int = 0
-    experiment_id: int | None = None
-    experiment_name: str | None = None
-    confirmed: dict[int, EvalResult] = field(default_factory=dict)  # trial index -> confirming result
-    confirmations: list[Trial] = field(default_factory=list)  # the confirming evaluations, as trials
-    final: Trial | None = None  # the plan written: chosen, or the confirmation's pick (None: none confirmed)
-    objective: Objective = field(default_factory=Objective)
-    screen: dict[str, dict[str, int]] | None = None  # ScreenCounts of the search's proposals and MOBO's pool
-    confirm_closest: Trial | None = None  # when no confirmed plan meets the targets: the closest confirmed
-
-    @property
-    def evaluations(self) -> int:
-        """Trials that cost an evaluation (screened ones did not)."""
-        return sum(t.evaluated for t in self.trials)
-
-    @property
-    def screened(self) -> int:
-        return len(self.trials) - self.evaluations
-
-    def infeasible_message(self) -> str:
-        tg = targets_of(self.space)
-        head = (
-            f"no plan meets quality >= {tg.quality_floor:g} and P95 <= {tg.p95_cap_s:g} s within "
-            f"${tg.budget:g}/h after {self.evaluations} evaluations"
-        )
-        if self.closest is None or self.closest.result is None:
-            return head
-        r = self.closest.result
-        return (
-            f"{head}; closest: quality {r.quality:.4f}, P95 {r.p95_latency_s:.3g} s, ${r.cost_per_hour:.2f}/h "
-            f"(trial {self.closest.index}); relax --quality-floor/--p95-cap or raise --budget"
-        )
-
-    def unconfirmed_message(self) -> str:
-        """Why nothing is written when the confirming evaluator rejects every plan it checked."""
-        tg = targets_of(self.space)
-        n = sum(t.result is not None for t in self.confirmations)
-        ev = next((t.result.evaluator for t in self.confirmations if t.result is not None), "the confirmation")
-        head = (
-            f"no plan meets quality >= {tg.quality_floor:g} and P95 <= {tg.p95_cap_s:g} s within "
-            f"${tg.budget:g}/h by {ev}: {n} plans confirmed after {self.evaluations} searched"
-        )
-        t = self.confirm_closest
-        if t is None:
-            return f"{head}; no plan could be confirmed; retry with more --max-confirm or --no-confirm"
-        r = self.confirmed[t.index]
-        s = t.result
-        fast = f" ({s.evaluator}: P95 {s.p95_latency_s:.3g} s)" if s is not None and s.evaluator != r.evaluator else ""
-        return (
-            f"{head}; closest: quality {r.quality:.4f}, P95 {r.p95_latency_s:.3g} s{fast}, "
-            f"${r.cost_per_hour:.2f}/h (trial {t.index}); raise --max-confirm, relax the targets or raise --budget"
-        )
-
-
 def check_targets_reachable(scenario: Scenario, evaluator: Evaluator) -> None:
     """Fail fast when the floor is above what the best tier alone reaches: no plan can meet it."""
     if evaluator.quality_model is None:  # a sampled quality: nothing exact to check against
@@ -212,7 +127,8 @@ def optimize(
 
     ``prior``: a cheaper evaluator (the fast path) whose P95 MOBO's GP corrects: the search evaluator (the
     simulator) is the objective and the GP models only its discrepancy from the prior, plan by plan.
-    ``batch``/``workers``: proposals per step and the processes evaluating them (:mod:`boute.optimize.parallel`);
+    ``batch``/``workers``: proposals per step and the processes evaluating them
+    (:mod:`boute.optimize.evaluators.pool`);
     ``time_budget_s``: stop asking new proposals after this many seconds of search.
     """
     deadline = None if time_budget_s is None else time.monotonic() + float(time_budget_s)
@@ -227,7 +143,7 @@ def optimize(
         fast = prior
         options["prior"] = lambda cand: fast(cand).p95_latency_s
     strat = make_strategy(strategy, space, seed, **options)
-    scr = Screen.build(space, ev.quality_model, getattr(ev, "mode", mode)) if screen else None
+    scr = Screen.build(space, ev.quality_model, ev.mode) if screen else None
     trials: list[Trial] = []
     exp_id = None
     name = experiment
@@ -250,7 +166,7 @@ def optimize(
         if on_trial is not None:
             on_trial(t, trials)
 
-    min_trials = getattr(strat, "n_init", 0) + 1
+    min_trials = strat.n_init + 1  # never converged inside the initial design
     with EvaluatorPool(ev, scenario, seed, workers=workers) as pool:
         done = run_search(
             space,
@@ -267,7 +183,7 @@ def optimize(
             pool=pool,
             deadline=deadline,
         )
-    tg = targets_of(space)
+    tg = space.scenario.goal
     chosen, closest = choose(done, tg, obj)
     front = pareto_front(done, obj, tg)
     _, q, p, c = figures(done)
@@ -279,40 +195,6 @@ def optimize(
         extra = {"screen_counts": out.screen} if out.screen is not None else {}
         store.set_status(exp_id, "complete" if chosen is not None else "infeasible", **extra)
     return out
-
-
-def front_point(t: Trial) -> dict[str, Any]:
-    r = t.result
-    assert r is not None
-    return {
-        "trial": t.index,
-        "quality": r.quality,
-        "p95_latency_s": r.p95_latency_s,
-        "throughput_rps": r.throughput_rps,
-        "cost_per_hour": r.cost_per_hour,
-        "fractions": list(t.candidate.fractions),
-        "deployment": [g.model_dump(mode="json") for g in t.candidate.deployment],
-    }
-
-
-def confirm(
-    out: Outcome,
-    evaluator: Evaluator,
-    max_points: int = 4,
-    store: Any = None,
-    **options: Any,
-) -> None:
-    """Re-check the answer with a more faithful evaluator; only a plan it confirms can be written.
-
-    See :mod:`boute.optimize.confirm` (``options``: ``max_evals``, ``seed``, ``strategy_options``): the best
-    plans meeting the targets are confirmed first, then the search continues with the confirming evaluator
-    if none passes; ``out.final`` is None when nothing confirmed meets the targets.
-    """
-    from boute.optimize.confirm import confirm as run_confirm
-
-    run_confirm(out, evaluator, max_points, store, **options)
-    if store is not None and out.experiment_id is not None and out.final is None:
-        store.set_status(out.experiment_id, "unconfirmed")
 
 
 def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None = None) -> Plan:
@@ -337,6 +219,6 @@ def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None =
 
 def _held_out_shares(r: EvalResult) -> list[float] | None:
     """The quality model's per-tier shares on its held-out prompts (exact evaluators; a live result measures
-    its own shares, keyed by tier, which are not a prediction)."""
-    shares = (r.extra or {}).get("tier_shares")
-    return [float(v) for v in shares] if isinstance(shares, list) else None
+    the shares its answers came from, ``answered_shares``, which are not a prediction)."""
+    shares = r.extra.tier_shares
+    return None if shares is None else list(shares)

@@ -16,9 +16,10 @@ from typing import Any
 
 from boute.optimize.evaluators import Evaluator
 from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial
-from boute.optimize.session import settings_of, trial_from_row, trial_row
+from boute.optimize.records import trial_from_row, trial_row
+from boute.optimize.session import settings_of
 from boute.optimize.space import Candidate, Space
+from boute.optimize.trials import Trial
 from boute.specs import Scenario
 
 

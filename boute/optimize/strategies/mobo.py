@@ -7,18 +7,19 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   ``ModelList`` beside the latency GP, so the quality objective and the ``quality >= floor`` constraint are
   exact inside the acquisition. The strategy gets that function from the evaluator (``bind``, called by
   ``run_search``) or from ``quality_fn``; without one it falls back to the first design (a GP for quality
-  too, :mod:`boute.optimize.mobo_gp`, strategy ``mobo-gp``).
-* **One GP, on ``-log P95``** (P95 clipped at ``clip_factor`` x the cap: how badly an overloaded plan
+  too, :mod:`boute.optimize.strategies.mobo_gp`, strategy ``mobo-gp``).
+* **One GP, on ``-log P95``** (:mod:`boute.optimize.surrogates.latency`; P95 clipped at ``clip_factor`` x the cap: how badly an overloaded plan
   fails carries nothing the search can use, and the cliff would otherwise set the lengthscales).
 * **Budget, inventory, fit** are hard limits built into the space (construction + repair).
-* **Acquisition over a pool of canonical plans** (:mod:`boute.optimize.acq_pool`): local moves around
+* **Acquisition over a pool of canonical plans** (:mod:`boute.optimize.acquisition.pool`): local moves around
   the incumbents plus a global sample, each decoded and re-encoded, deduplicated and new. The GP is
   trained on canonical points and scores canonical points; no gradient steps in flat, rounded regions.
 * **Two acquisitions, interleaved** (``acq="hybrid"``): qLogNEHVI on (exact quality, GP latency) with the
   reference point at the targets (floor, cap) so only the feasible region counts, and constrained
   LogEI on latency over plans whose exact quality meets the floor: the chosen plan is what users get, so
   two of every three steps improve it directly. ``acq="ehvi"`` / ``"ei"`` run one of them alone. The
-  strategy builds the models and picks the acquisition; :mod:`boute.optimize.acquisitions` scores the pool.
+  strategy builds the models and picks the acquisition; :mod:`boute.optimize.acquisition.functions` scores
+  the pool.
 * Initial design: scrambled Sobol points (``n_init`` evaluated ones), deterministic in the seed; every ask
   is a pure function of the trials so far (resuming is exact).
 * **Objectives** (:mod:`boute.optimize.objectives`). ``latency``: the above. ``cost``: $/h is exact too (a
@@ -29,7 +30,7 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
 * **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
   meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
 * **A cheaper evaluator as the prior** (``prior``, used when a confirmation's search goes on with the
-  simulator, :mod:`boute.optimize.confirm`): the GP then models only the *discrepancy* between the trials'
+  simulator, :mod:`boute.optimize.confirm`; :mod:`boute.optimize.surrogates.prior`): the GP then models only the *discrepancy* between the trials'
   ``-log P95`` and the cheaper evaluator's for the same plans (milliseconds each), and the acquisitions see
   cheaper-evaluator prediction + GP residual as one outcome (a sum of a deterministic model and the GP inside
   BoTorch's MC acquisitions). A handful of faithful results then corrects the fast path everywhere instead of
@@ -38,51 +39,41 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from boute.optimize import acquisitions
-from boute.optimize.acq_pool import Pool, build_pool
-from boute.optimize.bo_parts import SobolDesign, pointwise, warm_state
-from boute.optimize.evaluators import Evaluator, policy_of
-from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial, figures, nondominated
+from boute.optimize.acquisition import functions as acquisitions
+from boute.optimize.acquisition.pool import Pool, build_pool
+from boute.optimize.evaluators.base import Evaluator
+from boute.optimize.objectives import Objective, nondominated
 from boute.optimize.screen import Screen
-from boute.optimize.space import Space
-from boute.optimize.strategy import Strategy
+from boute.optimize.space import Candidate, Space
+from boute.optimize.strategies.base import Strategy
+from boute.optimize.strategies.design import SobolDesign
+from boute.optimize.surrogates.exact import ExactQuality, QualityFn, exact_quality_fn, lookup, pointwise
+from boute.optimize.surrogates.latency import LatencyGP, latency_outcome
+from boute.optimize.surrogates.prior import PriorLatency
+from boute.optimize.trials import Trial, figures, pareto_mask
 
 if TYPE_CHECKING:
-    from botorch.models import SingleTaskGP
     from botorch.models.model import Model
-    from gpytorch.kernels import Kernel
     from torch import Tensor
 
-QualityFn = Callable[[tuple[float, ...]], float]
 ACQS = ("hybrid", "ehvi", "ei")
 
 
 class _GPOptions(TypedDict):
-    """What :class:`MoboStrategy` passes on to the GP-quality fallback (:mod:`boute.optimize.mobo_gp`)."""
+    """What :class:`MoboStrategy` passes on to the GP-quality fallback (:mod:`.mobo_gp`)."""
 
     num_restarts: int
     raw_samples: int
     mc_samples: int
     acq_optimizer: str
     threads: int
-
-
-def exact_quality_fn(evaluator: Evaluator) -> QualityFn | None:
-    """The evaluator's quality as a function of routing fractions, when it has an exact model (else None)."""
-    model = evaluator.quality_model
-    if model is None:
-        return None
-    mode = evaluator.mode
-    return lambda fr: float(policy_of(model, mode, tuple(fr)).quality)
 
 
 class MoboStrategy(Strategy):
@@ -110,7 +101,7 @@ class MoboStrategy(Strategy):
         fit_maxiter: int = 60,
         quality_fn: QualityFn | None = None,
         objective: Objective | str = "latency",
-        prior: Callable[[Any], float] | None = None,
+        prior: Callable[[Candidate], float] | None = None,
     ) -> None:
         """``num_restarts``/``raw_samples``/``acq_optimizer`` only apply to the GP-quality fallback."""
         if acq not in ACQS:
@@ -120,18 +111,16 @@ class MoboStrategy(Strategy):
         self.n_init = n_init if n_init is not None else max(8, min(space.dim, 12))
         self.mc_samples = mc_samples
         self.threads = threads
-        self.refit_every = max(1, refit_every)
         self.acq = acq
-        self.kernel = kernel
         self.pool_global = pool_global
         self.pool_local = pool_local
         self.clip_factor = clip_factor
-        self.fit_maxiter = fit_maxiter
         self.quality_fn = quality_fn
         self.objective = objective if isinstance(objective, Objective) else Objective(objective)
         self.screen: Screen | None = None
-        self.prior = prior  # Candidate -> P95 s by a cheaper evaluator (module doc)
-        self._prior_cache: dict[str, float] = {}
+        self.latency_gp = LatencyGP(space, kernel, refit_every, fit_maxiter)
+        # a cheaper evaluator's P95 (Candidate -> s) as the GP's known mean (module doc)
+        self.prior = None if prior is None else PriorLatency(prior, space, clip_factor)
         self._fallback_opts = _GPOptions(
             num_restarts=num_restarts,
             raw_samples=raw_samples,
@@ -139,10 +128,10 @@ class MoboStrategy(Strategy):
             acq_optimizer="relaxed" if acq_optimizer == "pool" else acq_optimizer,
             threads=threads,
         )
-        self._gp_design: Any = None
+        self._gp_design: Strategy | None = None
+        self._gp_timings: list[dict[str, float]] | None = None
         self._design = SobolDesign(space.dim, seed, self.n_init)
-        self._state: dict[str, Tensor] | None = None  # last fitted hyperparameters: warm start
-        self._qcache: dict[tuple[float, ...], float] = {}
+        self._exact: ExactQuality | None = None
         self.timings: list[dict[str, float]] = []  # per BO step: fit_s, pool_s, acq_s, kind
 
     # ---- wiring ---------------------------------------------------------------------------------
@@ -156,11 +145,10 @@ class MoboStrategy(Strategy):
             self.quality_fn = exact_quality_fn(evaluator)
 
     def _quality(self, fractions: tuple[float, ...]) -> float:
-        key = tuple(round(f, 9) for f in fractions)
-        if key not in self._qcache:
+        if self._exact is None:
             assert self.quality_fn is not None
-            self._qcache[key] = self.quality_fn(fractions)
-        return self._qcache[key]
+            self._exact = ExactQuality(self.quality_fn)
+        return self._exact(fractions)
 
     # ---- asking -----------------------------------------------------------------------------------
     def ask(self, trials: Sequence[Trial]) -> np.ndarray:
@@ -169,14 +157,13 @@ class MoboStrategy(Strategy):
             return x0
         if self.quality_fn is None:
             if self._gp_design is None:
-                from boute.optimize.mobo_gp import GPMoboStrategy
+                from boute.optimize.strategies.mobo_gp import GPMoboStrategy
 
-                self._gp_design = GPMoboStrategy(
+                fallback = GPMoboStrategy(
                     self.space, seed=self.seed, n_init=self.n_init, objective=self.objective, **self._fallback_opts
                 )
-            x = self._gp_design.ask(trials)
-            self.timings = self._gp_design.timings
-            return x
+                self._gp_design, self.timings = fallback, fallback.timings
+            return self._gp_design.ask(trials)
         pool, scores = self._bo_step(trials, [t for t in trials if t.ok])
         if pool is None:
             return scores  # nothing new near the incumbents: a fresh uniform point
@@ -212,42 +199,6 @@ class MoboStrategy(Strategy):
                 break
         return picked
 
-    # ---- surrogate ------------------------------------------------------------------------------
-    def _covar(self) -> Kernel:
-        from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as dim_scaled
-        from gpytorch.kernels import ScaleKernel
-
-        route, place = self.space.routing_dims(), self.space.placement_dims()
-        if self.kernel == "additive" and route:
-            # routing and placement each explain part of the latency; their product the interaction
-            k_r = dim_scaled(ard_num_dims=len(route), active_dims=route)
-            k_p = dim_scaled(ard_num_dims=len(place), active_dims=place)
-            k_rp = dim_scaled(ard_num_dims=self.space.dim)
-            return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
-        return ScaleKernel(dim_scaled(ard_num_dims=self.space.dim))
-
-    def _fit(self, X: Tensor, y: Tensor, step: int) -> SingleTaskGP:
-        from botorch.fit import fit_gpytorch_mll
-        from botorch.models import SingleTaskGP
-        from botorch.models.transforms.outcome import Standardize
-        from gpytorch.mlls import ExactMarginalLogLikelihood
-
-        gp = SingleTaskGP(X, y, covar_module=self._covar(), outcome_transform=Standardize(m=1))
-        if self._state is not None:  # warm start: the hyperparameters move little between steps
-            gp.load_state_dict(self._state, strict=False)
-        if self._state is None or step % self.refit_every == 0:
-            mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
-            # a failed fit still leaves a usable (warm-started or prior) model
-            with contextlib.suppress(Exception):
-                fit_gpytorch_mll(
-                    mll,
-                    optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}},
-                    max_attempts=1 if self._state is not None else 3,
-                )
-            self._state = warm_state(gp)
-        gp.eval()
-        return gp
-
     # ---- one BO step ----------------------------------------------------------------------------
     def _kind(self, step: int, any_feasible: bool) -> str:
         if self.objective.name != "latency":
@@ -275,9 +226,9 @@ class MoboStrategy(Strategy):
         t0 = time.perf_counter()
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
         _, q, p, c = figures(ok)
-        y = -np.log(np.clip(p, 1e-6, self.clip_factor * cap))
-        y_fit = y if self.prior is None else y - np.array([self._prior_y(t.candidate) for t in ok])
-        gp = self._fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1), step)
+        y = latency_outcome(p, cap, self.clip_factor)
+        y_fit = y if self.prior is None else y - np.array([self.prior.y(t.candidate) for t in ok])
+        gp = self.latency_gp.fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1), step)
         t1 = time.perf_counter()
 
         feas = self.space.scenario.goal.mask(q, p, c)
@@ -368,20 +319,13 @@ class MoboStrategy(Strategy):
         """``-$/h`` of canonical points as a torch function: pool plans by lookup, others by decoding."""
         known = {z.tobytes(): -cd.cost_per_hour for z, cd in zip(pool.z, pool.candidates, strict=True)}
         space = self.space
-
-        def neg_cost(z: np.ndarray) -> float:
-            v = known.get(z.tobytes())
-            return -space.decode(z).cost_per_hour if v is None else v
-
-        return pointwise(neg_cost)
+        return pointwise(lookup(known, lambda z: -space.decode(z).cost_per_hour))
 
     def _centres(self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, floor: float, kind: str) -> list[np.ndarray]:
         """Incumbents to search around: the best plans meeting the floor, plus the front for EHVI."""
         above = np.flatnonzero(q >= floor - 1e-12)
         idx = list(above[np.argsort(p[above])][:3])
         if kind == "ehvi" or not idx:
-            from boute.optimize.result import pareto_mask
-
             front = np.flatnonzero(pareto_mask(q, p) & (q >= floor - 1e-12))
             idx += [int(i) for i in front[np.argsort(p[front])][:3] if i not in idx]
         if not idx:  # nothing meets the floor yet: the highest-quality plans
@@ -394,30 +338,13 @@ class MoboStrategy(Strategy):
         return np.where(pq >= floor - 1e-12, s, -np.inf)
 
     # ---- the latency outcome: the GP, or a cheaper evaluator's figure plus the GP's residual ------------
-    def _prior_y(self, cand: Any) -> float:
-        """``-log P95`` of ``cand`` by the prior evaluator, clipped as the trials' are (cached per plan)."""
-        key = cand.key()
-        if key not in self._prior_cache:
-            assert self.prior is not None
-            cap = self.space.scenario.targets.p95_latency_s
-            self._prior_cache[key] = -math.log(min(max(float(self.prior(cand)), 1e-6), self.clip_factor * cap))
-        return self._prior_cache[key]
-
     def _lat_models(self, gp: Model, pool: Pool, ok: Sequence[Trial]) -> list[Model]:
         """Models whose outputs add up to ``-log P95``: ``[gp]``, or ``[prior, gp]`` with a prior (module doc)."""
         if self.prior is None:
             return [gp]
-        from botorch.models.deterministic import GenericDeterministicModel
-
-        known = {z.tobytes(): self._prior_y(cd) for z, cd in zip(pool.z, pool.candidates, strict=True)}
-        known.update({np.asarray(t.z, dtype=float).tobytes(): self._prior_y(t.candidate) for t in ok})
-        space = self.space
-
-        def prior(z: np.ndarray) -> float:
-            v = known.get(z.tobytes())
-            return self._prior_y(space.decode(z)) if v is None else v
-
-        return [GenericDeterministicModel(pointwise(prior), num_outputs=1), gp]
+        z = [*pool.z, *(t.z for t in ok)]
+        cands = [*pool.candidates, *(t.candidate for t in ok)]
+        return [self.prior.model(z, cands), gp]
 
     def _log_nehvi(
         self, lat: list[Model], X: Tensor, pool: Pool, floor: float, cap: float, budget: float | None = None

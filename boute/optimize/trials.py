@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from boute.optimize.evaluators import EvalResult
+from boute.optimize.evaluators.base import EvalResult
 from boute.optimize.objectives import Objective, nondominated
 from boute.optimize.space import Candidate
 from boute.specs.targets import Targets

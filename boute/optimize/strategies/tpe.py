@@ -13,7 +13,7 @@ Mapped onto a search of :mod:`boute.optimize.loop`:
   multi-objective TPE), as NSGA-II is told;
 * constraints: ``floor - quality <= 0`` and ``log P95 - log cap <= 0``; the budget, inventory and fit are
   built into the space. A failed or screened trial is told as overloaded (P95 of
-  :data:`~boute.optimize.evaluators.OVERLOAD_P95_S`, quality 0): it exists, and is bad.
+  :data:`~boute.optimize.evaluators.base.OVERLOAD_P95_S`, quality 0): it exists, and is bad.
 
 Stateless over history, like every strategy here: each ask builds an in-memory study from the trials so far
 (the point each one asked for and its outcome) with a sampler seeded by ``(seed, len(trials))``, so a resumed
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from boute.errors import BouteError
-from boute.optimize.evaluators import OVERLOAD_P95_S
+from boute.optimize.evaluators.base import OVERLOAD_P95_S
 from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial
 from boute.optimize.space import Space
-from boute.optimize.strategy import Strategy
+from boute.optimize.strategies.base import Strategy
+from boute.optimize.trials import Trial
 
 if TYPE_CHECKING:
     import optuna

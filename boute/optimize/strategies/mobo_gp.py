@@ -1,14 +1,11 @@
 """MOBO with a GP for quality *and* latency (strategy ``mobo-gp``): qLogNEHVI on two learned outcomes.
 
 The first design, and still the one for evaluators whose quality is measured on a sample (``live``): with
-an exact quality model :mod:`boute.optimize.mobo` (strategy ``mobo``) needs fewer evaluations; the bench
+an exact quality model :mod:`boute.optimize.strategies.mobo` (strategy ``mobo``) needs fewer evaluations; the bench
 measures both.
 
-* Outcomes modelled: ``logit(quality)`` and ``-log(P95)`` (logit/log transforms as in the paper: both are
-  bounded/skewed, and the constraints are monotone in them), one GP each.
-* Surrogate: an additive kernel that mirrors the decision structure, ``k_route + k_place + k_route*k_place``
-  (Matern-5/2, ARD, dimension-scaled lengthscale priors): routing and placement each explain a part of the
-  outcome and their interaction the rest, which needs fewer points than one kernel over all dims.
+* Outcomes modelled: ``logit(quality)`` and ``-log(P95)``, one GP each, with an additive kernel that mirrors
+  the decision structure (:mod:`boute.optimize.surrogates.outcomes`).
 * Outcome constraints ``quality >= floor`` and ``P95 <= cap`` enter qLogNEHVI as constraint callables; the
   budget, inventory and fit are hard and built into the space (no infeasible candidate is ever proposed).
 * Mixed variables: GPU shares are ordinal and (TP, PP) is categorical; ``optimize_acqf_mixed_alternating``
@@ -20,7 +17,6 @@ measures both.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -28,25 +24,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from boute.optimize.bo_parts import SobolDesign, pointwise, warm_state
 from boute.optimize.objectives import Objective
-from boute.optimize.result import Trial, figures
 from boute.optimize.space import Space
-from boute.optimize.strategy import Strategy
+from boute.optimize.strategies.base import Strategy
+from boute.optimize.strategies.design import SobolDesign
+from boute.optimize.surrogates.exact import pointwise
+from boute.optimize.surrogates.outcomes import EPS, OutcomeGPs, logit
+from boute.optimize.trials import Trial, figures
 
 if TYPE_CHECKING:
-    from botorch.models import ModelListGP
     from botorch.models.model import Model
-    from gpytorch.kernels import Kernel
-    from torch import Tensor
-
-_EPS = 1e-4
-
-
-def logit(q: np.ndarray) -> np.ndarray:
-    """``log(q / (1 - q))`` with ``q`` kept ``_EPS`` inside (0, 1): the quality outcome the GP models."""
-    q = np.clip(q, _EPS, 1 - _EPS)
-    return np.log(q / (1 - q))
 
 
 class GPMoboStrategy(Strategy):
@@ -78,11 +65,9 @@ class GPMoboStrategy(Strategy):
         self.mc_samples = mc_samples
         self.acq_optimizer = acq_optimizer
         self.threads = threads
-        self.refit_every = refit_every
-        self._steps = 0
         self.timings = []
         self._design = SobolDesign(space.dim, seed, self.n_init)
-        self._state: list[dict[str, Tensor]] | None = None  # last fitted hyperparameters: warm start
+        self.gps = OutcomeGPs(space, refit_every)
 
     # ---- initial design -------------------------------------------------------------------------
     def _fallback(self, i: int) -> np.ndarray:
@@ -99,47 +84,6 @@ class GPMoboStrategy(Strategy):
             return self._fallback(len(trials))  # the acquisition maximiser is a plan already evaluated: explore instead
         return x
 
-    def _covar(self, d: int) -> Kernel:
-        from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as matern
-        from gpytorch.kernels import ProductKernel, ScaleKernel
-
-        route = self.space.routing_dims()
-        place = self.space.placement_dims()
-        if not route:
-            return matern(ard_num_dims=len(place), active_dims=place)
-        k_r = matern(ard_num_dims=len(route), active_dims=route)
-        k_p = matern(ard_num_dims=len(place), active_dims=place)
-        k_rp = ProductKernel(
-            matern(ard_num_dims=len(route), active_dims=route), matern(ard_num_dims=len(place), active_dims=place)
-        )
-        return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
-
-    def _fit(self, X: Tensor, Y: Tensor) -> ModelListGP:
-        from botorch.fit import fit_gpytorch_mll
-        from botorch.models import ModelListGP, SingleTaskGP
-        from botorch.models.transforms.outcome import Standardize
-        from gpytorch.mlls import SumMarginalLogLikelihood
-
-        models = [
-            SingleTaskGP(X, Y[:, i : i + 1], covar_module=self._covar(X.shape[-1]), outcome_transform=Standardize(m=1))
-            for i in range(Y.shape[-1])
-        ]
-        model = ModelListGP(*models)
-        # Hyperparameters are refitted every ``refit_every`` steps, warm-started from the last fit; in
-        # between the GP is only conditioned on the new data (the fit dominates the cost of a step).
-        if self._state is not None:
-            for m, st in zip(models, self._state, strict=True):
-                m.load_state_dict(st, strict=False)
-        if self._state is None or self._steps % self.refit_every == 0:
-            mll = SumMarginalLogLikelihood(model.likelihood, model)
-            # a failed hyperparameter fit still leaves a usable (prior / warm-started) model
-            with contextlib.suppress(Exception):
-                fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": 75}})
-            self._state = [warm_state(m) for m in models]
-        self._steps += 1
-        model.eval()
-        return model
-
     def _bo_step(self, ok: Sequence[Trial]) -> np.ndarray:
         import torch
         from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
@@ -155,10 +99,10 @@ class GPMoboStrategy(Strategy):
         p = np.clip(p, 1e-6, 10.0 * sc.targets.p95_latency_s)
         Y = torch.tensor(np.stack([logit(q), -np.log(p)], axis=1), dtype=torch.double)
         t0 = time.perf_counter()
-        gps = self._fit(X, Y)
+        gps = self.gps.fit(X, Y)
         model: Model = gps
         t1 = time.perf_counter()
-        floor = float(logit(np.array([max(sc.targets.quality_floor, _EPS)]))[0])
+        floor = float(logit(np.array([max(sc.targets.quality_floor, EPS)]))[0])
         neg_log_cap = -math.log(sc.targets.p95_latency_s)
         ref = [floor if sc.targets.quality_floor > 0 else float(Y[:, 0].min()) - 0.1, neg_log_cap]
         constraints = [lambda Z: neg_log_cap - Z[..., 1]]

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from boute.errors import BouteError, WorkerError
-from boute.optimize.evaluators import EvalResult, Evaluator, make_evaluator
+from boute.optimize.evaluators.base import EvalResult, Evaluator
+from boute.optimize.registry import make_evaluator
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 

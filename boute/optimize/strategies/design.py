@@ -1,28 +1,20 @@
-"""Pieces both MOBO strategies share (:mod:`boute.optimize.mobo`, :mod:`boute.optimize.mobo_gp`).
+"""The initial design of the model-based strategies (``mobo``, ``mobo-gp``): scrambled Sobol points.
 
-* :class:`SobolDesign`: the initial design, scrambled Sobol points of the unit box, and when it ends. Point
-  ``i`` depends only on (dim, seed, i), however many points were drawn before, so a resumed search asks
-  exactly what the interrupted one would have.
-* :func:`warm_state`: what a GP's next fit starts from (its hyperparameters, not its outcome scaling).
-* :func:`pointwise`: an exact outcome of one encoded point (quality, ``-$/h``, a cheaper evaluator's
-  ``-log P95``) as the batched torch function a BoTorch ``GenericDeterministicModel`` calls.
-
-Torch is imported only when a function is built: importing this module stays light.
+A GP needs a spread of points before its acquisition means anything; a scrambled Sobol sequence covers the
+unit box more evenly than uniform draws (low discrepancy). Point ``i`` depends only on (dim, seed, i),
+however many points were drawn before, so a resumed search asks exactly what the interrupted one would have.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from torch import Tensor
-    from torch.nn import Module
-
-    from boute.optimize.result import Trial
+    from boute.optimize.trials import Trial
 
 
 class SobolDesign:
@@ -55,20 +47,3 @@ class SobolDesign:
             m = math.ceil(math.log2(max(self.n, i + 1, 2)))
             self._points = qmc.Sobol(self.dim, scramble=True, seed=self.seed).random_base2(m)
         return self._points[i]
-
-
-def pointwise(value: Callable[[np.ndarray], float]) -> Callable[[Tensor], Tensor]:
-    """``Z (..., d) -> (..., 1)``: ``value`` (a function of one point, as float64 numpy) over a batch."""
-    import torch
-
-    def batched(Z: Tensor) -> Tensor:
-        flat = Z.detach().reshape(-1, Z.shape[-1]).cpu().numpy().astype(float)
-        return torch.tensor([value(z) for z in flat], dtype=Z.dtype).reshape(*Z.shape[:-1], 1)
-
-    return batched
-
-
-def warm_state(gp: Module) -> dict[str, Tensor]:
-    """A copy of ``gp``'s state without its outcome transform: the next step's GP loads it as a warm start,
-    while its ``Standardize`` is refitted to the new data (loaded, the old scaling would be wrong)."""
-    return {k: v.detach().clone() for k, v in gp.state_dict().items() if not k.startswith("outcome_transform")}

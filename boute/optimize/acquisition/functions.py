@@ -1,4 +1,4 @@
-"""The acquisition functions :class:`~boute.optimize.mobo.MoboStrategy` scores its pool of plans with.
+"""The acquisition functions :class:`~boute.optimize.strategies.mobo.MoboStrategy` scores its pool of plans with.
 
 Each takes BoTorch models whose outputs are the search's outcomes and returns one log-score per pool point
 (``Z``: canonical plans, shape ``(n, 1, dim)``). The models are built by the strategy: exact quality and

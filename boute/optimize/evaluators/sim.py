@@ -1,0 +1,88 @@
+"""The ``sim`` evaluator: the quality model's policy quality + the discrete-event simulator on the workload.
+
+Each request of the scenario's workload is routed by the quality model's learned router (the same scores
+and thresholds the gateway will use) and simulated on the plan's replicas (:func:`boute.sim.simulate`);
+seconds a plan. Unfinished requests count as infinitely slow in the simulator's quantiles, so below 95%
+done the P95 itself is infinite and is reported as :data:`~boute.optimize.evaluators.base.OVERLOAD_P95_S`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from boute.optimize.evaluators.base import (
+    EvalDetail,
+    EvalResult,
+    candidate_plan,
+    finite_p95,
+    floats,
+    policy_of,
+    router_of,
+)
+from boute.optimize.space import Candidate
+from boute.quality.policy import QualityModel
+from boute.specs import Scenario
+
+
+class SimEvaluator:
+    """Quality model + discrete-event simulation of the workload, requests routed by the learned router."""
+
+    name = "sim"
+    fidelity = 1
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        mode: str = "preroute",
+        quality_model: QualityModel | None = None,
+        seed: int = 0,
+        **_other_evaluators_options: Any,
+    ) -> None:
+        from boute.quality import quality_model_for
+        from boute.workload import build_workload
+
+        self.scenario = scenario
+        self.mode = mode
+        self.seed = seed
+        self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
+        self.workload = build_workload(scenario)
+
+    def __call__(self, cand: Candidate) -> EvalResult:
+        from boute.sim import simulate
+
+        t0 = time.perf_counter()
+        pol = policy_of(self.quality_model, self.mode, cand.fractions)
+        route = self.quality_model.assign(
+            self.workload.prompt_index, np.asarray(cand.fractions), mode=self.mode, seed=self.seed
+        )
+        plan = candidate_plan(self.scenario, cand, self.mode, router=router_of(self.quality_model))
+        summary = simulate(plan, self.scenario, self.workload, route, seed=self.seed).summary()
+        sent = len(self.workload.arrival_s)
+        p95 = finite_p95(float(summary["p95_latency_s"]))  # (module doc: an infinite P95 is the overload figure)
+        q = float(pol.quality)
+        cost = float(summary.get("cost_per_hour", cand.cost_per_hour))
+        return EvalResult(
+            quality=q,
+            p95_latency_s=p95,
+            throughput_rps=float(summary["throughput_rps"]),
+            cost_per_hour=cost,
+            feasible=self.scenario.goal.met_by(q, p95, cost),
+            wall_s=time.perf_counter() - t0,
+            evaluator=self.name,
+            p50_latency_s=float(summary["p50_latency_s"]),
+            mean_latency_s=float(summary["mean_latency_s"]),
+            thresholds=floats(pol.thresholds),
+            extra=EvalDetail(
+                tier_shares=floats(pol.shares),
+                completed=int(summary.get("completed", sent)),
+                requests=int(summary.get("requests", sent)),
+                slo_attainment=float(summary.get("slo_attainment", math.nan)),
+            ),
+        )
+
+    def close(self) -> None:
+        """Nothing to release: the simulator runs in this process."""

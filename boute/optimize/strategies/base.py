@@ -1,0 +1,49 @@
+"""What the search loop asks of a strategy (:func:`boute.optimize.loop.run_search`).
+
+A strategy proposes points of the unit box from the trials so far, as a pure function of them for a given
+seed (resuming is exact: a resumed run hands back the stored trials and the next proposals are the ones
+the interrupted run would have made). Everything the loop calls is defined here, with defaults, so the loop
+calls it on every strategy instead of probing for it:
+
+* :meth:`Strategy.ask`: the next point (required).
+* :meth:`Strategy.ask_batch`: ``q`` proposals at once, which the loop evaluates together (in parallel where
+  it has a pool of evaluator processes). Model-based strategies fit once per batch; the default is one
+  proposal.
+* :meth:`Strategy.bind`: the evaluator the search runs with (MOBO takes its exact quality model).
+* :meth:`Strategy.use_screen`: the screens the loop applies (MOBO screens its acquisition pool too).
+* :attr:`Strategy.n_init`: the initial design's size; the convergence test never stops a search inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from boute.optimize.evaluators.base import Evaluator
+    from boute.optimize.screen import Screen
+    from boute.optimize.trials import Trial
+
+
+class Strategy:
+    """Base of every search strategy: ``ask`` is required, the rest default to doing nothing special."""
+
+    name = "strategy"
+    #: evaluations of the initial design before the strategy's model takes over (0: no design phase)
+    n_init: int = 0
+
+    def ask(self, trials: Sequence[Trial]) -> np.ndarray:
+        """The point for trial ``len(trials)``."""
+        raise NotImplementedError
+
+    def ask_batch(self, trials: Sequence[Trial], q: int) -> list[np.ndarray]:
+        """Up to ``q`` points for trials ``len(trials), len(trials) + 1, ...`` (at least one)."""
+        return [self.ask(trials)]
+
+    def bind(self, evaluator: Evaluator) -> None:
+        """The evaluator this search runs with (called once by the loop before the first ask)."""
+
+    def use_screen(self, screen: Screen) -> None:
+        """The screens the loop applies to every proposal (called once, when it screens)."""
