@@ -31,6 +31,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -182,8 +183,14 @@ def ensure_engine(python: str, wheelhouse: Path, spec: str, status_path: Path) -
             started = time.monotonic()
             # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, so without it a build for another
             # instruction set would silently return the wheel built for the previous one
-            cmd = [python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", "-w", str(cache), spec]
-            rc = subprocess.call(cmd, env=env)
+            # built in a folder of its own and moved in whole: a second build on the machine (two checkouts'
+            # `make test` at once) never sees, or installs, a half-written wheel
+            with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
+                cmd = [python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", "-w", tmp, spec]
+                rc = subprocess.call(cmd, env=env)
+                built = _wheel(Path(tmp))
+                if rc == 0 and built is not None:
+                    os.replace(built, cache / built.name)
             wheel = _wheel(cache)
             if rc != 0 or wheel is None:
                 tried.append(f"{fs.key}: build failed (pip exit {rc})")
