@@ -134,6 +134,17 @@ def test_unreachable_database_is_one_line() -> None:
         open_store("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1")
 
 
+def test_a_new_sqlite_database_gets_its_folder(tmp_path) -> None:
+    """`--db sqlite:///runs/new/b.db` in a fresh checkout: the folder is made (it was 'unable to open
+    database file'); a path through a file is still a one-line error."""
+    store = open_store(f"sqlite:///{tmp_path / 'runs' / 'new' / 'b.db'}")
+    store.close()
+    assert (tmp_path / "runs" / "new" / "b.db").is_file()
+    (tmp_path / "f").write_text("")
+    with pytest.raises(BouteError, match="--db: cannot open tracking database"):
+        open_store(f"sqlite:///{tmp_path / 'f' / 'b.db'}")
+
+
 # ---- profiling runs (migration 0002) ----------------------------------------------------------------------
 
 

@@ -317,6 +317,10 @@ def open_store(url: str | None = None) -> Store:
     try:
         engine = create_engine(url)
         if engine.dialect.name == "sqlite":
+            db_file = engine.url.database
+            if db_file and db_file != ":memory:" and not db_file.startswith("file:"):
+                # a new database file's folder is made, as the plan's folder is: `--db sqlite:///runs/b.db`
+                Path(db_file).parent.mkdir(parents=True, exist_ok=True)
 
             @event.listens_for(engine, "connect")
             def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
@@ -326,7 +330,7 @@ def open_store(url: str | None = None) -> Store:
                 cur.close()
 
         migrate(engine)
-    except (SQLAlchemyError, ImportError) as exc:
+    except (SQLAlchemyError, ImportError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BouteError(f"--db: cannot open tracking database {url}: {first}") from None
     return Store(engine)
