@@ -61,7 +61,7 @@ class QualitySource(_Frozen):
     """Where per-query quality comes from: ``builtin:gsm8k``, ``builtin:mt-bench`` or a file path."""
 
     profile: str = "builtin:gsm8k"
-    format: Literal["auto", "routellm-csv", "mtbench-jsonl", "jsonl"] = "auto"
+    format: Literal["auto", "routellm-csv", "routerbench", "mtbench-jsonl", "jsonl"] = "auto"
     router: str | None = Field(None, description="trained router file; trained on the fly if absent")
 
 
