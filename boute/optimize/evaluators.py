@@ -175,6 +175,7 @@ class FastEvaluator:
             thresholds=tuple(float(v) for v in np.asarray(pol.thresholds).reshape(-1)),
             extra={
                 "tier_shares": [float(v) for v in np.asarray(pol.shares).reshape(-1)],
+                "quality": pol.summary(),
                 "stable": bool(res.stable),
                 "utilisation": [float(u) for u in np.asarray(res.utilisation).reshape(-1)],
             },
@@ -238,6 +239,7 @@ class SimEvaluator:
             thresholds=tuple(float(v) for v in np.asarray(pol.thresholds).reshape(-1)),
             extra={
                 "tier_shares": [float(v) for v in np.asarray(pol.shares).reshape(-1)],
+                "quality": pol.summary(),
                 "completed": completed,
                 "requests": n,
                 "slo_attainment": float(summary.get("slo_attainment", math.nan)),
