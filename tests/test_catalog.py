@@ -78,3 +78,17 @@ def test_models_match_models_md() -> None:
     l7, l70 = cat.model("llama-7b"), cat.model("llama-2-70b")
     assert (l7.kv_heads, l7.ffn, l7.vocab, l7.params_b) == (32, 11008, 32000, 6.74)
     assert (l70.layers, l70.kv_heads, l70.vocab, l70.params_b) == (80, 8, 32000, 69.0)
+
+
+def test_routerbench_open_models_have_sourced_shapes() -> None:
+    """Every open model of ../shared/data/routerbench has a catalog entry whose params match its shapes."""
+    from boute.catalog import builtin_catalog
+
+    cat = builtin_catalog()
+    for name in ("mistral-7b-v0.2", "wizardlm-13b", "codellama-34b", "yi-34b", "mixtral-8x7b", "llama-2-70b"):
+        m = cat.model(name)
+        assert m.sources.get("all") and m.hf_id
+        dense = 2 * m.hidden * m.heads * m.head_dim + 2 * m.hidden * m.kv_heads * m.head_dim
+        per_layer = dense + 3 * m.hidden * m.ffn * m.num_experts
+        est = (m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + m.layers * per_layer) / 1e9
+        assert abs(est - m.params_b) / m.params_b < 0.01, (name, est, m.params_b)

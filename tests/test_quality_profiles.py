@@ -138,3 +138,101 @@ def test_broken_plain_jsonl(tmp_path: Path) -> None:
     f.write_text(json.dumps({"prompt": "a", "scores": {"s": "high"}}) + "\n")
     assert "scores.s" in _err(f)
     assert "unknown profile format" in _err(f, format="xml")
+
+
+# ------------------------------------------------------------------------------------------ RouterBench
+ROUTERBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "routerbench"
+needs_routerbench = pytest.mark.skipif(
+    not (ROUTERBENCH / "arc_challenge_train.csv").is_file(), reason="../shared/data/routerbench/ not present"
+)
+OPEN = {
+    "mistralai/mistral-7b-chat": 0.670,
+    "WizardLM/WizardLM-13B-V1.2": 0.659,
+    "mistralai/mixtral-8x7b-chat": 0.854,
+    "meta/llama-2-70b-chat": 0.803,
+    "zero-one-ai/Yi-34B-Chat": 0.903,
+}
+
+
+@needs_routerbench
+def test_routerbench_real_files() -> None:
+    train, test = (load_profile(ROUTERBENCH / f"arc_challenge_{s}.csv") for s in ("train", "test"))
+    assert train.format == test.format == "routerbench" and len(train.models) == 11
+    # every blank-scored row is left out and named: 20 of 1,039 train rows, 8 of 445 test rows
+    assert (len(train), len(train.dropped), len(test), len(test.dropped)) == (1019, 20, 437, 8)
+    assert all(q.startswith("arc-challenge.") for q in train.query_ids + train.dropped)
+    # the data README's accuracies over both files (within the 28 left-out rows' weight)
+    for m, acc in OPEN.items():
+        both = np.concatenate([train.column(m), test.column(m)])
+        assert abs(both.mean() - acc) < 0.005, (m, both.mean())
+    # prompts are the list literal's text, answers the responses' text, costs USD per answer
+    assert not train.prompts[0].startswith("['") and train.prompts[0].rstrip().endswith("Answer:")
+    assert set(train.responses) == set(train.models) and train.responses[train.models[0]][0] in "ABCD"
+    assert all(np.isfinite(c).all() and (c > 0).all() for c in train.costs.values())
+    assert train.costs["gpt-4-1106-preview"].mean() > 10 * train.costs["mistralai/mistral-7b-chat"].mean()
+
+
+def _rb_rows(extra: list[list[str]] | None = None) -> list[list[str]]:
+    head = [
+        "",
+        "sample_id",
+        "prompt",
+        "eval_name",
+        "a",
+        "b",
+        "a|model_response",
+        "b|model_response",
+        "a|total_cost",
+        "b|total_cost",
+    ]
+    rows = [
+        ["0", "s.1", "['Q one?\\nAnswer:']", "x", "1.0", "0.0", "['A\\n']", "['B\\n']", "1e-4", "2e-3"],
+        ["1", "s.2", "['Q two?', 'Q two?']", "x", "", "1.0", "['C']", "['D']", "1e-4", "2e-3"],
+        ["2", "s.3", "['Q three?']", "x", "0.0", "1.0", "['C']", "['D']", "1e-4", "2e-3"],
+    ]
+    return [head, *rows, *(extra or [])]
+
+
+def test_routerbench_format_blanks_and_errors(tmp_path: Path) -> None:
+    f = _csv(tmp_path / "rb.csv", _rb_rows())
+    p = load_profile(f)
+    assert p.format == "routerbench" and p.models == ("a", "b") and p.query_ids == ("s.1", "s.3")
+    assert p.dropped == ("s.2",) and p.prompts == ("Q one?\nAnswer:", "Q three?")
+    assert p.responses == {"a": ("A\n", "C"), "b": ("B\n", "D")}
+    np.testing.assert_allclose(p.costs["b"], [2e-3, 2e-3])
+    bad = _rb_rows([["3", "s.4", "Q four, not a list", "x", "1.0", "1.0", "['A']", "['B']", "1e-4", "2e-3"]])
+    msg = _err(_csv(tmp_path / "lit.csv", bad))
+    assert "lit.csv" in msg and "line 5" in msg and "'prompt'" in msg and "list literal" in msg
+    bad = _rb_rows([["3", "s.4", "['q']", "x", "1.0", "1.0", "['A']", "['B']", "-1", "2e-3"]])
+    msg = _err(_csv(tmp_path / "cost.csv", bad))
+    assert "line 5" in msg and "a|total_cost" in msg and "negative" in msg
+    bad = _rb_rows([["3", "s.4", "['q']", "x", "1.0", "yes-ish", "['A']", "['B']", "1e-4", "2e-3"]])
+    msg = _err(_csv(tmp_path / "score.csv", bad))
+    assert "line 5" in msg and "'b'" in msg and "yes-ish" in msg
+    rows = _rb_rows()
+    rows[0] = [*rows[0][:-1], "c|total_cost"]
+    msg = _err(_csv(tmp_path / "orphan.csv", rows))
+    assert "line 1" in msg and "c|total_cost" in msg and "no score column" in msg
+    rows = [r[:4] + [""] * 6 if i else r for i, r in enumerate(_rb_rows())]
+    assert "no data rows" in _err(_csv(tmp_path / "blank.csv", rows), format="routerbench")
+
+
+@needs_routerbench
+def test_one_reader_feeds_quality_and_workload(tmp_path: Path) -> None:
+    """Row i of the workload's lengths is row i of the quality profile, for each format (issue 31)."""
+    from boute.workload.profiles import profile_lengths
+    from boute.workload.tokens import count_tokens
+
+    f = ROUTERBENCH / "arc_challenge_test.csv"
+    p, lengths = load_profile(f), profile_lengths(str(f), "auto", ("mistralai/mistral-7b-chat",))
+    assert len(lengths.input_tokens) == len(p)
+    np.testing.assert_array_equal(lengths.input_tokens[:5], count_tokens(list(p.prompts[:5])))
+    # the documented plain JSONL ({"responses": {model: text}}) gives output lengths (it did not: issue 31)
+    j = tmp_path / "p.jsonl"
+    rows = [
+        {"prompt": f"question {i}?", "scores": {"s": i % 2, "l": 1}, "responses": {"s": "a b c " * i, "l": "x"}}
+        for i in range(1, 5)
+    ]
+    j.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    got = profile_lengths(str(j), "auto", ("s",))
+    assert got.models == ("s",) and list(got.output_tokens) == list(count_tokens([r["responses"]["s"] for r in rows]))

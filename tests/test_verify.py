@@ -46,7 +46,9 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
     assert m["requests"] > 50 and m["failed"] == 0
     assert m["answers_match_profile"] == 1.0  # every answer is the answering tier's own recorded one
     names = {c["name"] for c in out["checks"]}
-    assert {"share small", "share large", "quality", "P95 (s)", "failed requests"} <= names
+    assert {"share small", "share large", "quality", "quality 95% LCB", "P95 (s)", "failed requests"} <= names
+    lcb = next(c for c in out["checks"] if c["name"] == "quality 95% LCB")
+    assert lcb["promised"] == plan.predicted.quality_bound < plan.predicted.quality  # both figures, mean and bound
     assert abs(sum(m["shares"].values()) - 1.0) < 1e-9
     # the learned router is in the path: both tiers answer, in about the promised proportion
     promised = plan.predicted.tier_shares

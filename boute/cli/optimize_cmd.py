@@ -21,6 +21,7 @@ from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEG
 if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
     from rich.progress import Progress, TaskID
 
+    from boute.optimize.evaluators.base import EvalDetail
     from boute.optimize.outcome import Outcome
     from boute.optimize.plan_run import PlanRun
     from boute.optimize.trials import Trial
@@ -34,6 +35,12 @@ def register(app: typer.Typer) -> None:
         budget: float | None = typer.Option(None, "--budget", help="USD/h budget (overrides the scenario)"),
         quality_floor: float | None = typer.Option(None, "--quality-floor", help="minimum quality in [0,1]"),
         p95_cap: float | None = typer.Option(None, "--p95-cap", help="P95 end-to-end latency cap, seconds"),
+        quality_confidence: float | None = typer.Option(
+            None,
+            "--quality-confidence",
+            help="hold the quality floor on the one-sided lower confidence bound at this level (e.g. 0.95) "
+            "of the held-out quality, not on its mean",
+        ),
         max_evals: int = typer.Option(60, "--max-evals", min=1, help="evaluation budget"),
         objective: str = typer.Option(
             "latency", "--objective", help="what to optimise among plans meeting the targets: " + OBJECTIVES.choices()
@@ -102,6 +109,7 @@ def register(app: typer.Typer) -> None:
             budget=budget,
             quality_floor=quality_floor,
             p95_cap=p95_cap,
+            quality_confidence=quality_confidence,
             calibration=calibration,
             max_evals=max_evals,
             objective=objective,
@@ -222,7 +230,7 @@ def _summary(run: PlanRun) -> None:
     r = out.searched
     if r is not None:
         typer.echo(
-            f"  {r.evaluator}: quality {r.quality:.4f}, P95 {r.p95_latency_s:.3g} s, "
+            f"  {r.evaluator}: quality {_quality(r.quality, r.extra)}, P95 {r.p95_latency_s:.3g} s, "
             f"{r.throughput_rps:.1f} req/s, ${r.cost_per_hour:.2f}/h"
         )
     if p is not None and p.evaluator != (r.evaluator if r is not None else None):
@@ -234,3 +242,11 @@ def _summary(run: PlanRun) -> None:
     typer.echo(f"  routing ({plan.routing.mode}): {fr}")
     for g in plan.deployment:
         typer.echo(f"  {g.tier}: {g.count} x {g.model} on {g.gpu} (tp={g.tp}, pp={g.pp})")
+
+
+def _quality(quality: float, extra: EvalDetail) -> str:
+    """The held-out mean with its lower confidence bound, where the quality model states one."""
+    q = extra.quality or {}
+    if q.get("mean") is None or q.get("bound") is None:
+        return f"{quality:.4f}"
+    return f"{q['mean']:.4f} ({q['level']:.0%} lower bound {q['bound']:.4f}, se {q['se']:.4f})"

@@ -49,6 +49,7 @@ class PlanRequest:
     budget: float | None = None
     quality_floor: float | None = None
     p95_cap: float | None = None
+    quality_confidence: float | None = None  # hold the floor on the lower bound at this level
     calibration: Path | None = None
     max_evals: int = 60
     objective: str = "latency"
@@ -86,6 +87,8 @@ class PlanRequest:
             raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: preroute, cascade)")
         if self.quality_floor is not None and not 0 <= self.quality_floor <= 1:
             raise BouteError(f"--quality-floor: {self.quality_floor} is not in [0, 1]")
+        if self.quality_confidence is not None and not 0.5 <= self.quality_confidence < 1:
+            raise BouteError(f"--quality-confidence: {self.quality_confidence} is not in [0.5, 1)")
         for opt, v in (("--budget", self.budget), ("--p95-cap", self.p95_cap)):
             if v is not None and v <= 0:
                 raise BouteError(f"{opt}: must be > 0, got {v}")
@@ -97,8 +100,10 @@ class PlanRequest:
         """The scenario with this request's overrides (targets, calibration) applied."""
         from boute.optimize.session import with_targets
         from boute.specs import load_scenario
+        from boute.specs.scenario import with_quality_confidence
 
         sc = with_targets(load_scenario(self.scenario), self.budget, self.quality_floor, self.p95_cap)
+        sc = with_quality_confidence(sc, self.quality_confidence)
         if self.calibration is not None:
             from boute.perf import with_calibration
 

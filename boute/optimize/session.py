@@ -203,8 +203,12 @@ def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None =
     assert t is not None and t.result is not None
     r = out.confirmed.get(t.index, t.result)
     plan = candidate_plan(scenario, t.candidate, mode, t.result.thresholds or None, router=router)
+    q = r.extra.quality or {}  # an exact quality model's held-out mean and bound (a live result has none)
     pred = Prediction(
-        quality=r.quality,
+        quality=q.get("mean", r.quality),
+        quality_bound=q.get("bound"),
+        quality_confidence=q.get("level"),
+        floor_on=scenario.targets.floor_on,
         p95_latency_s=r.p95_latency_s,
         p50_latency_s=r.p50_latency_s,
         mean_latency_s=r.mean_latency_s,

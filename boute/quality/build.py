@@ -201,17 +201,23 @@ def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> Q
             profile, models, [t.name for t in scenario.tiers], router_path=router_path, cache_dir=cache_dir
         )
     mix = scenario.workload.mix
-    if mix is None:
+    if mix is not None:
+        mixed = (*key, tuple(mix.edges), tuple(mix.shares))
+        if mixed not in _MEMO:
+            base = _MEMO[key]
+            try:
+                weights = mix_weights(base.route_all, mix.edges, mix.shares)
+            except ValueError as e:
+                raise SpecError(scenario.source, "workload.mix", str(e)) from None
+            _MEMO[mixed] = base.reweighted(weights)
+        key = mixed
+    t = scenario.targets
+    if (t.quality_confidence, t.floor_on) == (_MEMO[key].confidence, _MEMO[key].hold):
         return _MEMO[key]
-    mixed = (*key, tuple(mix.edges), tuple(mix.shares))
-    if mixed not in _MEMO:
-        base = _MEMO[key]
-        try:
-            weights = mix_weights(base.route_all, mix.edges, mix.shares)
-        except ValueError as e:
-            raise SpecError(scenario.source, "workload.mix", str(e)) from None
-        _MEMO[mixed] = base.reweighted(weights)
-    return _MEMO[mixed]
+    held = (*key, t.quality_confidence, t.floor_on)
+    if held not in _MEMO:  # the scenario's bound level, and what its floor holds on
+        _MEMO[held] = _MEMO[key].with_confidence(t.quality_confidence, t.floor_on)
+    return _MEMO[held]
 
 
 def _mtime(path: str) -> float | None:

@@ -15,11 +15,18 @@ Preroute: the router score ``d`` orders queries; tier k serves ``t[k-1] < d <= t
 ``t[N-1] = +inf``). Cascade: tier 0 answers every query; the verifier's confidence ``v_k`` in tier k's
 answer accepts it when ``v_k >= theta_k``, otherwise the query moves to tier k+1 (each hop costs one judge
 call and one more generation); the last tier always answers.
+
+Every policy result carries the held-out mean, its standard error and a one-sided lower confidence bound
+(:mod:`boute.quality.confidence`: ``mean - t * se``, from running sums of scores and squared scores, so
+as cheap as the mean). ``PolicyResult.quality`` is the figure the quality floor is held against
+(:meth:`boute.specs.targets.Targets.mask`): the mean, or the bound for a model built with
+``hold="bound"`` (a scenario's ``targets.floor_on: bound``, ``boute optimize --quality-confidence``).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +35,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from boute.quality.confidence import DEFAULT_LEVEL, lower_bound, mean_and_se
+
 MODES = ("preroute", "cascade")
+#: which figure of a policy the quality floor holds on: the held-out mean or its lower confidence bound
+HOLDS = ("mean", "bound")
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,15 @@ class PolicyResult:
     visits: np.ndarray  # fraction of queries each tier processes (== shares for preroute)
     judge_calls: float  # judge calls per query (0 for preroute)
     thresholds: np.ndarray  # score thresholds equivalent to the fractions (len n_tiers - 1)
+    #: held-out mean quality (``quality`` is this, or ``bound`` when the floor holds on the bound)
+    mean: float | None = None
+    se: float = 0.0  # standard error of ``mean``
+    bound: float | None = None  # one-sided lower confidence bound at ``level``
+    level: float = DEFAULT_LEVEL
+
+    def summary(self) -> dict[str, float | None]:
+        """The quality figures a plan records: mean, standard error, lower bound and its level."""
+        return {"mean": self.mean, "se": self.se, "bound": self.bound, "level": self.level}
 
 
 def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
@@ -158,12 +178,19 @@ class QualityModel:
     calibration: np.ndarray | None = None
     #: relative weight of each profile row in the traffic (None: the profile's own mix, every row alike)
     row_weights: np.ndarray | None = None
+    #: level of the lower confidence bound every policy result states
+    confidence: float = DEFAULT_LEVEL
+    #: the figure ``PolicyResult.quality`` is (the floor holds on it): ``mean`` or ``bound``
+    hold: str = "mean"
 
     def __post_init__(self) -> None:
         n_tiers = len(self.tiers)
         q = np.asarray(self.test_scores, dtype=np.float64)
         if q.ndim != 2 or q.shape[1] != n_tiers:
             raise ValueError(f"test_scores must be (n, {n_tiers}), got {q.shape}")
+        if self.hold not in HOLDS:
+            raise ValueError(f"hold must be one of {HOLDS}, got {self.hold!r}")
+        lower_bound(0.0, 0.0, 2, self.confidence)  # checks the level
         self.test_scores = q
         self.n_test = q.shape[0]
         self.tier_quality = q.mean(axis=0)
@@ -177,7 +204,25 @@ class QualityModel:
         cum = np.zeros((n_tiers, self.n_test + 1))
         cum[:, 1:] = np.cumsum(q[order].T, axis=1)
         self._cum = cum.tolist()
+        cum2 = np.zeros((n_tiers, self.n_test + 1))  # the same for squared scores: the standard error's
+        cum2[:, 1:] = np.cumsum((q[order] ** 2).T, axis=1)
+        self._cum2 = cum2.tolist()
         self._casc: dict[str, Any] | None = None
+
+    def _result(
+        self, total: float, total_sq: float, shares: np.ndarray, visits: np.ndarray, judge: float, t: ArrayLike
+    ) -> PolicyResult:
+        """A policy result from the sums of the held-out queries' scores and squared scores."""
+        mean, se = mean_and_se(total, total_sq, self.n_test)
+        bound = lower_bound(mean, se, self.n_test, self.confidence)
+        held = bound if self.hold == "bound" else mean
+        return PolicyResult(held, shares, visits, judge, np.asarray(t), mean, se, bound, self.confidence)
+
+    def with_confidence(self, level: float, hold: str = "mean") -> QualityModel:
+        """This model with bounds at ``level``, the floor holding on ``hold`` (``mean`` or ``bound``)."""
+        out = dataclasses.replace(self, confidence=float(level), hold=hold)
+        out._casc = self._casc  # the verifier's scores do not depend on either
+        return out
 
     # ------------------------------------------------------------------------------- preroute
     def thresholds_for_fractions(self, fractions: ArrayLike) -> np.ndarray:
@@ -200,8 +245,9 @@ class QualityModel:
         n, d = self.n_test, self._d_sorted
         b = [0, *(bisect.bisect_right(d, x) for x in t), n]
         total = sum(c[b[k + 1]] - c[b[k]] for k, c in enumerate(self._cum))
+        total_sq = sum(c[b[k + 1]] - c[b[k]] for k, c in enumerate(self._cum2))
         shares = np.array([(b[k + 1] - b[k]) / n for k in range(len(t) + 1)])
-        return PolicyResult(total / n, shares, shares, 0.0, np.array(t))
+        return self._result(total, total_sq, shares, shares, 0.0, t)
 
     # ------------------------------------------------------------------------------ mix
     def reweighted(self, row_weights: ArrayLike) -> QualityModel:
@@ -229,6 +275,8 @@ class QualityModel:
             dict(self.info),
             calibration=systematic_resample(w, len(w)),
             row_weights=w,
+            confidence=self.confidence,
+            hold=self.hold,
         )
 
     # -------------------------------------------------------------------------------- cascade
@@ -249,6 +297,8 @@ class QualityModel:
                 q = self.test_scores[order]
                 prep["c0"] = np.concatenate([[0.0], np.cumsum(q[:, 0])]).tolist()
                 prep["c1"] = np.concatenate([[0.0], np.cumsum(q[:, 1])]).tolist()
+                prep["c0sq"] = np.concatenate([[0.0], np.cumsum(q[:, 0] ** 2)]).tolist()
+                prep["c1sq"] = np.concatenate([[0.0], np.cumsum(q[:, 1] ** 2)]).tolist()
             self._casc = prep
         return self._casc
 
@@ -286,15 +336,16 @@ class QualityModel:
             th = float(np.asarray(theta, dtype=np.float64).reshape(-1)[0])
             a = bisect.bisect_right(prep["neg_v"], -th)  # number of held-out queries with v >= theta
             total = prep["c0"][a] + (prep["c1"][-1] - prep["c1"][a])
+            total_sq = prep["c0sq"][a] + (prep["c1sq"][-1] - prep["c1sq"][a])
             shares = np.array([a / n, 1.0 - a / n])
             visits = np.array([1.0, 1.0 - a / n])
-            return PolicyResult(total / n, shares, visits, 1.0, np.array([th]))
+            return self._result(total, total_sq, shares, visits, 1.0, [th])
         theta = np.asarray(theta, dtype=np.float64)
         final = self._cascade_route(prep["v"], theta)  # general N: O(n * N) with masks
         shares = np.bincount(final, minlength=n_tiers) / n
-        total = float(self.test_scores[np.arange(n), final].sum())
+        y = self.test_scores[np.arange(n), final]
         visits = cascade_visits(shares)
-        return PolicyResult(float(total) / n, shares, visits, float(visits[:-1].sum()), theta)
+        return self._result(float(y.sum()), float((y**2).sum()), shares, visits, float(visits[:-1].sum()), theta)
 
     @staticmethod
     def _cascade_route(v: np.ndarray, theta: np.ndarray) -> np.ndarray:

@@ -13,13 +13,26 @@ Formats:
   question(s) extracted from the judge prompt: turn 1 -> the ``[Question]`` block; turn 2 -> both user
   turns of the conversation, joined by a blank line, because the second question only makes sense with
   the first. The response is the assistant's answer to that turn, also taken from the judge prompt.
+- ``routerbench``: RouterBench's CSV as it ships (Hu et al. 2024, as split by RouterDC): ``sample_id``,
+  ``prompt`` (a Python list literal holding the prompt text; repeated identical elements count once),
+  one column per model (1.0 / 0.0; blank where that model has no result), ``<model>|model_response`` (a
+  list literal holding the answer) and ``<model>|total_cost`` (USD of that API call), plus bookkeeping
+  columns (``eval_name``, ``oracle_model_to_route_to``, an unnamed index) that are ignored. A row with a
+  blank score for any model is left out (a profile is a full matrix); ``QualityProfile.dropped`` names
+  those rows by ``sample_id`` (ARC-Challenge: 20 of 1,039 train rows, 8 of 445 test rows, mostly rows that
+  hold one model's result for a sample another row holds the rest of).
 - ``jsonl``: ``{"prompt": ..., "scores": {model: value}, "responses": {model: text}?}`` per line.
+
+This module is the one reader of every format: the quality side (router, verifier, policy quality) and the
+workload side (:mod:`boute.workload.profiles`: prompt and answer token lengths) both read profiles here,
+so a file that one side accepts the other reads the same way, row for row.
 
 Every validation error names the file, the line (or column) and the field.
 """
 
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
 import json
@@ -32,7 +45,11 @@ import numpy as np
 
 from boute.errors import SpecError
 
-FORMATS = ("routellm-csv", "mtbench-jsonl", "jsonl")
+FORMATS = ("routellm-csv", "routerbench", "mtbench-jsonl", "jsonl")
+#: RouterBench column suffixes: ``<model>|model_response`` and ``<model>|total_cost``
+RB_RESPONSE, RB_COST = "|model_response", "|total_cost"
+#: RouterBench columns that are neither a prompt nor a model's
+_RB_OTHER = ("", "sample_id", "prompt", "eval_name", "oracle_model_to_route_to")
 # Raw scales recognised when the file does not say: booleans / [0,1], 1-10 judge scores, 0-10, percentages.
 _KNOWN_SCALES: tuple[tuple[float, float], ...] = ((0.0, 1.0), (1.0, 10.0), (0.0, 10.0), (0.0, 100.0))
 _TRUE = {"true", "1", "yes", "correct"}
@@ -51,6 +68,18 @@ class QualityProfile:
     scale: tuple[float, float]
     responses: dict[str, tuple[str, ...]] = field(default_factory=dict)
     query_ids: tuple[str, ...] = ()
+    #: what a serving engine prefills for each query, where it is more than the prompt (MT-Bench turn 2:
+    #: the first question, its answer and the second question); empty: the prompts themselves
+    contexts: tuple[str, ...] = ()
+    #: recorded per-query price of each model's answer (RouterBench's ``total_cost``, USD), where the file has it
+    costs: dict[str, np.ndarray] = field(default_factory=dict)
+    #: rows of the file left out (RouterBench: a blank score), by their id in the file
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def served_prompts(self) -> tuple[str, ...]:
+        """The text an engine prefills per query: the workload's input lengths are counted on it."""
+        return self.contexts or self.prompts
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -82,8 +111,11 @@ class QualityProfile:
 
 
 def detect_format(path: Path) -> str:
+    """The format of a profile file: by suffix, then by the header (CSV) or the first record (JSONL)."""
     if path.suffix.lower() == ".csv":
-        return "routellm-csv"
+        with path.open(encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), None) or []
+        return "routerbench" if any(c.endswith((RB_RESPONSE, RB_COST)) for c in header) else "routellm-csv"
     if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
         for line in jsonl_records(path):
             obj = line[1]
@@ -103,7 +135,12 @@ def load_profile(path: str | Path, format: str = "auto", scale: tuple[float, flo
     fmt = detect_format(p) if format == "auto" else format
     if fmt not in FORMATS:
         raise SpecError(shown, "format", f"unknown profile format '{fmt}' (known: auto, {', '.join(FORMATS)})")
-    loader = {"routellm-csv": _load_csv, "mtbench-jsonl": _load_mtbench, "jsonl": _load_jsonl}[fmt]
+    loader = {
+        "routellm-csv": _load_csv,
+        "routerbench": _load_routerbench,
+        "mtbench-jsonl": _load_mtbench,
+        "jsonl": _load_jsonl,
+    }[fmt]
     return loader(p, shown, scale)
 
 
@@ -207,6 +244,89 @@ def _load_csv(path: Path, shown: str, scale: tuple[float, float] | None) -> Qual
     )
 
 
+def _list_text(cell: str, shown: str, where: str, fld: str) -> str:
+    """A RouterBench list-literal cell (``['text']``) -> its text; repeated identical elements count once."""
+    try:
+        value = ast.literal_eval(cell)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise SpecError(
+            shown, f"{where}, field '{fld}'", f"expected a Python list literal of strings, got {cell[:40]!r}"
+        ) from None
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value):
+        raise SpecError(shown, f"{where}, field '{fld}'", f"expected a non-empty list of strings, got {cell[:40]!r}")
+    parts = [v for i, v in enumerate(value) if i == 0 or v != value[i - 1]]
+    return "\n\n".join(parts)
+
+
+def _load_routerbench(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
+    csv.field_size_limit(1 << 26)
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header:
+            raise SpecError(shown, "line 1", "empty file: expected RouterBench's header (prompt, models, ...)")
+        cols = {name: i for i, name in enumerate(header)}
+        if "prompt" not in cols:
+            raise SpecError(shown, "line 1", f"no 'prompt' column (columns: {', '.join(header[:8])}, ...)")
+        models = [c for c in header if c not in _RB_OTHER and "|" not in c]
+        if not models:
+            raise SpecError(shown, "line 1", "no model score columns (a column named after each model)")
+        for c in header:
+            if "|" in c and c.rsplit("|", 1)[0] not in models:
+                raise SpecError(
+                    shown, f"line 1, column '{c}'", f"names model '{c.rsplit('|', 1)[0]}', which has no score column"
+                )
+        resp_cols = {m: cols[m + RB_RESPONSE] for m in models if m + RB_RESPONSE in cols}
+        cost_cols = {m: cols[m + RB_COST] for m in models if m + RB_COST in cols}
+        ids: list[str] = []
+        prompts: list[str] = []
+        raw: list[list[float]] = []
+        responses: dict[str, list[str]] = {m: [] for m in resp_cols}
+        costs: dict[str, list[float]] = {m: [] for m in cost_cols}
+        dropped: list[str] = []
+        for row in reader:
+            no = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(header):
+                raise SpecError(shown, f"line {no}", f"{len(row)} columns, header has {len(header)}")
+            qid = row[cols["sample_id"]] if "sample_id" in cols else str(len(ids) + len(dropped))
+            if any(not row[cols[m]].strip() for m in models):
+                dropped.append(qid)
+                continue
+            prompt = _list_text(row[cols["prompt"]], shown, f"line {no}", "prompt")
+            if not prompt.strip():
+                raise SpecError(shown, f"line {no}, field 'prompt'", "empty prompt")
+            ids.append(qid)
+            prompts.append(prompt)
+            raw.append([_number(row[cols[m]], shown, f"line {no}", m) for m in models])
+            for m, ci in resp_cols.items():
+                cell = row[ci]
+                responses[m].append(_list_text(cell, shown, f"line {no}", m + RB_RESPONSE) if cell.strip() else "")
+            for m, ci in cost_cols.items():
+                c = _number(row[ci], shown, f"line {no}", m + RB_COST) if row[ci].strip() else float("nan")
+                if c < 0:
+                    raise SpecError(shown, f"line {no}, field '{m + RB_COST}'", f"a cost cannot be negative ({c:g})")
+                costs[m].append(c)
+    if not prompts:
+        raise SpecError(shown, None, f"no data rows with a score for every model ({len(dropped)} rows have blanks)")
+    scores, sc = _normalise(np.asarray(raw, dtype=np.float64), shown, scale)
+    return QualityProfile(
+        source=shown,
+        format="routerbench",
+        models=tuple(models),
+        prompts=tuple(prompts),
+        scores=scores,
+        scale=sc,
+        responses={m: tuple(v) for m, v in responses.items() if all(v)},
+        query_ids=tuple(ids),
+        costs={m: np.asarray(v, dtype=np.float64) for m, v in costs.items()},
+        dropped=tuple(dropped),
+    )
+
+
 def _load_jsonl(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
     prompts: list[str] = []
     rows: list[dict[str, float]] = []
@@ -260,11 +380,24 @@ def mtbench_prompt_response(user_prompt: str, turn: int) -> tuple[str, str] | No
     return "\n\n".join(u.strip() for u, _ in turns[:turn]), turns[turn - 1][1].strip()
 
 
+def mtbench_context(user_prompt: str, turn: int) -> str | None:
+    """What an engine prefills for that turn: earlier questions *with their answers*, then the question."""
+    if turn == 1:
+        got = mtbench_prompt_response(user_prompt, 1)
+        return got[0] if got else None
+    conv = _CONV.search(user_prompt)
+    turns = _USER.findall(conv.group(1)) if conv else []
+    if len(turns) < turn:
+        return None
+    return "\n\n".join([*(u.strip() + "\n\n" + a.strip() for u, a in turns[: turn - 1]), turns[turn - 1][0].strip()])
+
+
 def _load_mtbench(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
     by_query: dict[tuple[str, int], dict[str, float]] = {}
     text: dict[tuple[str, int], str] = {}
     answers: dict[tuple[str, int], dict[str, str]] = {}
     first_line: dict[tuple[str, int], int] = {}
+    context: dict[tuple[str, int], str] = {}
     models: list[str] = []
     for no, obj in jsonl_records(path):
         for fld in ("question_id", "model", "turn", "score"):
@@ -295,6 +428,9 @@ def _load_mtbench(path: Path, shown: str, scale: tuple[float, float] | None) -> 
             if got is not None:
                 text.setdefault(key, got[0])
                 answers.setdefault(key, {})[model] = got[1]
+            ctx = mtbench_context(up, turn) if key not in context else None
+            if ctx is not None:  # the first judged model's conversation (models answer turn 1 differently)
+                context[key] = ctx
     if not by_query:
         raise SpecError(shown, None, "no judgement lines")
     keys = sorted(by_query, key=lambda k: (int(k[0]) if k[0].isdigit() else k[0], k[1]))
@@ -320,4 +456,5 @@ def _load_mtbench(path: Path, shown: str, scale: tuple[float, float] | None) -> 
         scale=scl,
         responses=responses,
         query_ids=tuple(f"{q}/{t}" for q, t in keys),
+        contexts=tuple(context.get(k, text[k]) for k in keys),
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from boute.quality.confidence import DEFAULT_LEVEL
 from boute.quality.profiles import QualityProfile
 from boute.specs.plan import Plan
 from boute.specs.scenario import Scenario
@@ -170,6 +171,13 @@ def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances()) -> Verdict:
                 "quality", pred.quality, m.quality, f"+-{tol.quality:g}", abs(m.quality - pred.quality) <= tol.quality
             )
         )
+    if pred is not None and pred.quality_bound is not None:
+        # the promise's lower bound beside the measured mean: reported, not judged (the replay draws the held-out
+        # prompts the bound was computed on, with repeats, so it cannot test the bound's coverage; the
+        # quality check above judges the mean)
+        level = pred.quality_confidence or DEFAULT_LEVEL
+        name = f"quality {level:.0%} LCB" + (" (floor)" if pred.floor_on == "bound" else "")
+        checks.append(Check(name, pred.quality_bound, m.quality, "reported", True))
     if pred is not None and pred.p50_latency_s is not None:  # shown beside P95, not judged
         checks.append(Check("P50 (s)", pred.p50_latency_s, m.p50_s, "reported", True))
     if pred is not None and pred.p95_latency_s is not None:

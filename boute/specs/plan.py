@@ -104,7 +104,12 @@ class Routing(_Frozen):
 class Prediction(_Frozen):
     """What an evaluator predicted for the plan (all approximate: the performance model is)."""
 
-    quality: float | None = None
+    quality: float | None = Field(None, description="held-out mean quality (profile scale [0, 1])")
+    quality_bound: float | None = Field(
+        None, description="one-sided lower confidence bound on it (boute.quality.confidence)"
+    )
+    quality_confidence: float | None = Field(None, description="level of quality_bound, e.g. 0.95")
+    floor_on: Literal["mean", "bound"] | None = Field(None, description="what was held against the quality floor")
     p95_latency_s: float | None = None
     p50_latency_s: float | None = None
     mean_latency_s: float | None = None

@@ -61,7 +61,7 @@ class QualitySource(_Frozen):
     """Where per-query quality comes from: ``builtin:gsm8k``, ``builtin:mt-bench`` or a file path."""
 
     profile: str = "builtin:gsm8k"
-    format: Literal["auto", "routellm-csv", "mtbench-jsonl", "jsonl"] = "auto"
+    format: Literal["auto", "routellm-csv", "routerbench", "mtbench-jsonl", "jsonl"] = "auto"
     router: str | None = Field(None, description="trained router file; trained on the fly if absent")
 
 
@@ -128,6 +128,18 @@ class TargetSection(_Frozen):
 
     quality_floor: float = Field(0.0, ge=0, le=1, description="minimum expected quality, profile scale [0,1]")
     p95_latency_s: PositiveFloat = Field(30.0, description="P95 end-to-end latency cap, seconds")
+    quality_confidence: float = Field(
+        0.95,
+        ge=0.5,
+        lt=1,
+        description="level of the one-sided lower confidence bound a plan states on its held-out quality "
+        "(boute.quality.confidence)",
+    )
+    floor_on: Literal["mean", "bound"] = Field(
+        "mean",
+        description="what must meet the quality floor: the held-out mean, or its lower confidence bound "
+        "(boute optimize --quality-confidence)",
+    )
 
 
 class Scenario(_Frozen):
@@ -207,6 +219,16 @@ class Scenario(_Frozen):
             if t.name == name:
                 return t
         raise KeyError(f"unknown tier '{name}' (known: {', '.join(t.name for t in self.tiers)})")
+
+
+def with_quality_confidence(scenario: Scenario, level: float | None) -> Scenario:
+    """The scenario with its quality floor held on the lower confidence bound at ``level`` (None: as is)."""
+    if level is None:
+        return scenario
+    targets = TargetSection.model_validate(
+        {**scenario.targets.model_dump(), "quality_confidence": level, "floor_on": "bound"}
+    )
+    return scenario.model_copy(update={"targets": targets})  # (private attributes: source, catalog, are kept)
 
 
 def load_scenario(path: str | Path | None = None) -> Scenario:

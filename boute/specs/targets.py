@@ -3,6 +3,11 @@
 Every place that asks "does this plan meet the targets?" (evaluators, the choice of the plan, the
 convergence test, confirmations, experiments, benches) asks :meth:`Targets.met_by` or its vectorised twin
 :meth:`Targets.mask`, so the tolerances below exist once.
+
+The quality compared with the floor is the policy's ``PolicyResult.quality``: its held-out mean, or, when
+the scenario says ``targets.floor_on: bound`` (``boute optimize --quality-confidence``), the one-sided lower
+confidence bound on it (:mod:`boute.quality.confidence`). The quality model decides which figure that is,
+once, so every caller here compares the same figure with the same floor.
 """
 
 from __future__ import annotations

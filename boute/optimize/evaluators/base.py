@@ -46,6 +46,9 @@ class EvalDetail:
     tier_shares: tuple[float, ...] | None = None
     # live: the share of answers each tier gave (a measurement, keyed by tier name)
     answered_shares: Mapping[str, float] | None = None
+    # fast and sim: the exact quality model's held-out figures of the plan's routing: mean, standard error,
+    # one-sided lower confidence bound and its level (PolicyResult.summary; the plan records them)
+    quality: Mapping[str, float | None] | None = None
     # fast: whether every tier's queue is stable, and each replica group's utilisation
     stable: bool | None = None
     utilisation: tuple[float, ...] | None = None
@@ -77,6 +80,8 @@ class EvalDetail:
                 continue
             if f.name == "answered_shares":
                 out["tier_shares"] = dict(v)
+            elif f.name == "quality":
+                out[f.name] = dict(v)
             elif isinstance(v, tuple):
                 out[f.name] = list(v)
             else:

@@ -76,7 +76,10 @@ class FastEvaluator:
             capacity_rps=float(res.capacity_rps),
             thresholds=floats(pol.thresholds),
             extra=EvalDetail(
-                tier_shares=floats(pol.shares), stable=bool(res.stable), utilisation=floats(res.utilisation)
+                tier_shares=floats(pol.shares),
+                quality=pol.summary(),
+                stable=bool(res.stable),
+                utilisation=floats(res.utilisation),
             ),
         )
 

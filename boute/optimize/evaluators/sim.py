@@ -78,6 +78,7 @@ class SimEvaluator:
             thresholds=floats(pol.thresholds),
             extra=EvalDetail(
                 tier_shares=floats(pol.shares),
+                quality=pol.summary(),
                 completed=int(summary.get("completed", sent)),
                 requests=int(summary.get("requests", sent)),
                 slo_attainment=float(summary.get("slo_attainment", math.nan)),
