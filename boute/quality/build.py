@@ -186,7 +186,7 @@ def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> Q
     src = profile_ref if profile_ref.startswith("builtin:") else str(scenario.resolve_path(profile_ref))
     router_path = scenario.resolve_path(scenario.quality.router) if scenario.quality.router else None
     stamp = _mtime(src), _mtime(str(router_path)) if router_path else None
-    key = (
+    key: tuple[Any, ...] = (
         src,
         scenario.quality.format,
         stamp,

@@ -306,10 +306,10 @@ def _load_routerbench(path: Path, shown: str, scale: tuple[float, float] | None)
                 cell = row[ci]
                 responses[m].append(_list_text(cell, shown, f"line {no}", m + RB_RESPONSE) if cell.strip() else "")
             for m, ci in cost_cols.items():
-                c = _number(row[ci], shown, f"line {no}", m + RB_COST) if row[ci].strip() else float("nan")
-                if c < 0:
-                    raise SpecError(shown, f"line {no}, field '{m + RB_COST}'", f"a cost cannot be negative ({c:g})")
-                costs[m].append(c)
+                cost = _number(row[ci], shown, f"line {no}", m + RB_COST) if row[ci].strip() else float("nan")
+                if cost < 0:
+                    raise SpecError(shown, f"line {no}, field '{m + RB_COST}'", f"a cost cannot be negative ({cost:g})")
+                costs[m].append(cost)
     if not prompts:
         raise SpecError(shown, None, f"no data rows with a score for every model ({len(dropped)} rows have blanks)")
     scores, sc = _normalise(np.asarray(raw, dtype=np.float64), shown, scale)
