@@ -25,6 +25,7 @@ from backends.emulated.launch import free_port, spawn_replicas, wait_http
 from backends.emulated.profile import ReplicaConfig
 from backends.sglang import SGLangOptions, place_plan, sglang_argv
 from backends.sglang import build as sglang_build
+from backends.sglang.cpu import cpu_options
 from boute.specs.plan import Plan, ReplicaGroup, Routing
 
 pytestmark = pytest.mark.timeout(240)  # one child process imports SGLang (~10 s idle, a minute on busy cores)
@@ -102,14 +103,7 @@ def _launcher_argvs() -> list[list[str]]:
             options=SGLangOptions(mem_fraction_static=0.85, chunked_prefill_size=4096, host="0.0.0.0"),
         ),
         sglang_argv("/m/x", port=30001, options=SGLangOptions(chunked_prefill_size=None, context_length=4096)),
-        sglang_argv(
-            "/m/smol",
-            port=30002,
-            served_model_name="small",
-            options=SGLangOptions(
-                extra_args=("--device", "cpu", "--attention-backend", "torch_native", "--max-total-tokens", "8192")
-            ),
-        ),
+        sglang_argv("/m/smol", port=30002, served_model_name="small", options=cpu_options(sys.executable)),
     ]
     argvs += [list(s.argv) for s in place_plan(_plan(), {"rtx-4090": [0, 1], "h100-sxm": [0, 1, 2, 3]})]
     return [a[3:] for a in argvs]  # after `python -m sglang.launch_server`
