@@ -22,7 +22,13 @@ WHEELHOUSE ?= $(HOME)/.cache/boute/wheels
 LLAMA_CPP  := llama-cpp-python==0.3.36
 ENGINES    := $(VENV)/.engines-installed
 
-.PHONY: install lock engines demo test test-fast bench lint format experiments clean
+# SGLang (backends/sglang/build.py; installs cached in SGLANG_HOME, keyed by the pins): the contract install (its
+# own code for its parser and protocol models, ~40 s idle / ~2.5 min on busy cores, once) runs before make test;
+# the CPU server venv + SmolLM2 bf16 (make sglang, ~7.5 min on 2 busy cores, once, 2.8 GB) is optional.
+SGLANG_HOME ?= $(HOME)/.cache/boute/sglang
+export BOUTE_SGLANG_HOME := $(SGLANG_HOME)
+
+.PHONY: install lock engines sglang sglang-contract demo test test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
@@ -46,6 +52,14 @@ $(ENGINES): $(STAMP) backends/llamacpp/build.py
 	nice $(BIN)/python -m backends.llamacpp.build --wheelhouse $(WHEELHOUSE) --spec '$(LLAMA_CPP)'
 	touch $(ENGINES)
 
+## SGLang's own code for the contract tests (tests/test_sglang_contract.py); they skip with the reason if it fails.
+sglang-contract: $(STAMP)
+	nice $(BIN)/python -m backends.sglang.build contract
+
+## Real SGLang on this CPU: its own venv (CPU torch 2.13.0, sglang --no-deps, stand-ins) and SmolLM2 as bf16.
+sglang: $(STAMP)
+	nice $(BIN)/python -m backends.sglang.build server
+
 ## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan (with its
 ## bundle), then serve it on emulated backends and verify the promise under the scenario's own traffic.
 demo: $(STAMP)
@@ -60,6 +74,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(MAKE) --no-print-directory engines || echo "warning: the llama.cpp engine did not build; its tests will skip"
+	@$(MAKE) --no-print-directory sglang-contract || echo "warning: SGLang's contract install failed; its tests will skip"
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(STAMP)

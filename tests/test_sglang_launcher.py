@@ -1,13 +1,11 @@
-"""SGLang command builder: flags, GPU placement, and (where sglang imports) SGLang's own argument parser."""
+"""SGLang command builder: flags and GPU placement. SGLang's own parser reads every argv back in
+tests/test_sglang_contract.py (the copied flag list that stood in for it is gone)."""
 
 from __future__ import annotations
-
-import argparse
 
 import pytest
 
 from backends.sglang import SGLangOptions, place_plan, replica_spec, sglang_argv
-from backends.sglang.flags import SGLANG_FLAGS
 from boute.errors import BouteError
 from boute.specs.plan import Plan, ReplicaGroup, Routing
 
@@ -23,20 +21,10 @@ def _plan() -> Plan:
 
 
 def _flags(argv: list[str]) -> dict[str, str | None]:
-    """argv after ``-m sglang.launch_server`` -> {flag: value}, checking every flag against the list."""
-    out: dict[str, str | None] = {}
+    """argv after ``-m sglang.launch_server`` -> {flag: value} (every flag BOute emits takes a value)."""
     rest = argv[3:]
-    i = 0
-    while i < len(rest):
-        flag = rest[i]
-        assert flag in SGLANG_FLAGS, f"{flag} is not a documented SGLang flag"
-        if SGLANG_FLAGS[flag]:
-            out[flag] = rest[i + 1]
-            i += 2
-        else:
-            out[flag] = None
-            i += 1
-    return out
+    assert len(rest) % 2 == 0 and all(f.startswith("--") for f in rest[::2]), rest
+    return dict(zip(rest[::2], rest[1::2], strict=True))
 
 
 def test_argv_carries_parallelism_memory_and_port() -> None:
@@ -82,17 +70,3 @@ def test_bad_inputs_are_user_errors() -> None:
         SGLangOptions(mem_fraction_static=1.5)
     with pytest.raises(BouteError, match="port"):
         sglang_argv("m", port=70000)
-
-
-def test_real_sglang_parser_accepts_the_command() -> None:
-    """On a GPU host with SGLang installed: its own parser reads our command back to the same values."""
-    pytest.importorskip("sglang.srt.server_args", reason="sglang is not installed (GPU hosts only)")
-    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
-
-    spec = place_plan(_plan(), {"rtx-4090": [0, 1], "h100-sxm": [0, 1, 2, 3]})[2]
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    ns = parser.parse_args(list(spec.argv[3:]))
-    assert (ns.tp_size, ns.pp_size, ns.port) == (2, 2, 30002)
-    assert ns.model_path == "meta-llama/Llama-3.1-70B-Instruct" and ns.quantization == "fp8"
-    assert ns.mem_fraction_static == pytest.approx(0.88) and ns.chunked_prefill_size == 8192

@@ -5,6 +5,12 @@ when both are measured on one machine. A client that disconnects cancels its seq
 request that cannot fit the model's context (``max_context`` in the catalog) is refused with 400, in
 SGLang's words, before any work. With ``BOUTE_REPLICA_TOKEN`` set, requests without its bearer header get
 401 as SGLang's ``--api-key`` answers them (:mod:`boute.serving.auth`; health probes stay open).
+
+The bodies follow SGLang 0.5.23 as served on this CPU (``tests/test_sglang_contract.py`` holds them to SGLang's
+own protocol models, and docs/sglang.md lists what was compared): errors of the OpenAI routes are SGLang's
+``ErrorResponse`` (``{"object": "error", "message", "type", "param", "code": 400}``, no ``error`` wrapper),
+those of ``/generate`` ``{"error": {"message"}}``; ``model`` echoes the request's; every choice, delta and usage
+carries SGLang's null/zero fields; ``stream_options.include_usage`` adds the usage-only last chunk.
 """
 
 from __future__ import annotations
@@ -36,13 +42,27 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
 
 
-def _error(status: int, message: str, param: str | None = None) -> Response:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return _json({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
+def _error(status: int, message: str, kind: str = "BadRequestError") -> Response:
+    """SGLang's OpenAI error body (``serving_base.create_error_response``)."""
+    return _json({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
+
+
+def _native_error(status: int, message: str) -> Response:
+    """SGLang's native-route error body (``http_server._create_error_response``)."""
+    return _json({"error": {"message": message}}, status)
 
 
 class _Bad(Exception):
-    pass
+    """A request refused with 400; ``kind`` is SGLang's error type for it: "Bad Request" where its request
+    model refuses the body (FastAPI validation), "BadRequestError" where its serving code does (context)."""
+
+    def __init__(self, message: str, kind: str = "Bad Request") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+#: SGLang's usage fields beyond the three counts (no reasoning parser, no cache report: null and zero)
+_USAGE_EXTRA: dict[str, Any] = {"prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
 
 
 def _text(content: Any) -> str:
@@ -95,6 +115,7 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
     engine = Engine(perf, speedup=cfg.speedup, max_running=cfg.max_running)
     name = cfg.name
     context = cat.model(cfg.model).max_context
+    started = int(time.time())
 
     def _fit(prompt_tokens: int, max_tokens: int | None) -> int | None:
         """SGLang's context rule (:mod:`boute.serving.limits`): _Bad (400, its message) when the request cannot
@@ -103,7 +124,7 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
         minutes of CPU and blocked every replica of the process, health checks included (issue 28)."""
         why = context_error(prompt_tokens, max_tokens, context)
         if why is not None:
-            raise _Bad(why)
+            raise _Bad(why, "BadRequestError")
         room = context - prompt_tokens
         return max_tokens if max_tokens is not None or cfg.default_output_tokens <= room else room
 
@@ -154,8 +175,10 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
                 prompt_tokens = count_tokens(prompt)
             max_tokens = _fit(prompt_tokens, _max_tokens(body, "max_completion_tokens", "max_tokens"))
             stream = bool(body.get("stream"))
+            opts = body.get("stream_options")
+            include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
         except _Bad as exc:
-            return _error(400, str(exc))
+            return _error(400, str(exc), exc.kind)
         out, truncated = responder.answer(prompt, max_tokens)
         finish = "length" if truncated else "stop"
         seq = engine.submit(out, prompt_tokens, stream)
@@ -164,15 +187,19 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": len(out),
             "total_tokens": prompt_tokens + len(out),
+            **_USAGE_EXTRA,
         }
+        # SGLang answers with the request's model name (the gateway sets it to the replica's)
+        model = body.get("model") if isinstance(body.get("model"), str) else name
         if not stream:
             if not await _wait_or_cancel(request, seq):
                 return Response(status_code=499)
             text = seq.text()
+            message = {"role": "assistant", "content": text, "reasoning_content": None}
             choice: dict[str, Any] = (
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "matched_stop": None}
                 if chat
-                else {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+                else {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
             )
             obj = "chat.completion" if chat else "text_completion"
             # service_ms: time inside this handler, so a bench can subtract the backend's own (modelled,
@@ -183,9 +210,14 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
                     "id": rid,
                     "object": obj,
                     "created": created,
-                    "model": name,
+                    "model": model,
                     "choices": [choice],
                     "usage": usage,
+                    # SGLang's weight-version record (one version, "default", for every token)
+                    "metadata": {
+                        "weight_version": "default",
+                        "weight_versions": [{"version": "default", "start": 0, "end": len(out)}],
+                    },
                     "service_ms": service_ms,
                 }
             )
@@ -195,16 +227,18 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             rid.encode(),
             obj.encode(),
             created,
-            orjson.dumps(name),
+            orjson.dumps(model),
         )
+        # completion chunks carry "usage": null, chat chunks no usage key (as SGLang's do)
+        tail = b"]}\n\n" if chat else b'],"usage":null}\n\n'
 
         def chunk(piece: str | None, fin: str | None) -> bytes:
             if chat:
-                delta = {} if piece is None else {"content": piece}
-                c = {"index": 0, "delta": delta, "finish_reason": fin}
+                delta = {"reasoning_content": None} if piece is None else {"reasoning_content": None, "content": piece}
+                c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": fin, "matched_stop": None}
             else:
-                c = {"index": 0, "text": piece or "", "finish_reason": fin, "logprobs": None}
-            return b"data: " + head + orjson.dumps(c) + b"]}\n\n"
+                c = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": fin, "matched_stop": None}
+            return b"data: " + head + orjson.dumps(c) + tail
 
         async def events() -> AsyncIterator[bytes]:
             try:
@@ -212,13 +246,16 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
                     yield (
                         b"data: "
                         + head
-                        + b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+                        + b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},'
+                        + b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
                     )
                 q = seq.stream
                 assert q is not None
                 while (piece := await q.get()) is not None:
                     yield chunk(piece, None)
                 yield chunk(None, finish)
+                if include_usage:  # SGLang: a last chunk with no choices and the usage
+                    yield b"data: " + head + b'],"usage":' + orjson.dumps(usage) + b"}\n\n"
                 yield b"data: [DONE]\n\n"
             finally:
                 engine.cancel(seq)  # no-op once finished; frees the batch slot when the client left
@@ -238,14 +275,19 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             prompt_tokens = count_tokens(prompt)
             max_tokens = _fit(prompt_tokens, _max_tokens(sp, "max_new_tokens"))
         except _Bad as exc:
-            return _error(400, str(exc))
+            return _native_error(400, str(exc))
         out, truncated = responder.answer(prompt, max_tokens)
         stream = bool(body.get("stream"))
         seq = engine.submit(out, prompt_tokens, stream)
+        rid, t0 = f"emu{next(_ids)}", time.perf_counter()
 
         def meta(done: bool) -> dict[str, Any]:
             fin = ({"type": "length", "length": len(out)} if truncated else {"type": "stop"}) if done else None
-            return {"prompt_tokens": prompt_tokens, "completion_tokens": seq.emitted, "finish_reason": fin}
+            m = {"id": rid, "finish_reason": fin, "prompt_tokens": prompt_tokens, "weight_version": "default"}
+            m.update(completion_tokens=seq.emitted, cached_tokens=0)
+            if done:
+                m["e2e_latency"] = time.perf_counter() - t0
+            return m
 
         if not stream:
             if not await _wait_or_cancel(request, seq):
@@ -266,15 +308,23 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
         return RelayResponse(events(), media_type="text/event-stream")
 
     async def models(request: Request) -> Response:
-        return _json(
-            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "boute-emulated"}]}
-        )
+        card = {"id": name, "object": "model", "created": started, "owned_by": "sglang", "root": name}
+        return _json({"object": "list", "data": [{**card, "parent": None, "max_model_len": context}]})
 
     async def health(request: Request) -> Response:
         return Response(b"", 200)
 
     async def model_info(request: Request) -> Response:
-        return _json({"model_path": name, "tokenizer_path": name, "is_generation": True})
+        return _json(
+            {
+                "model_path": name,
+                "served_model_name": name,
+                "tokenizer_path": name,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+            }
+        )
 
     async def server_info(request: Request) -> Response:
         return _json(
