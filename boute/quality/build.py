@@ -85,8 +85,10 @@ def build_quality_model(
         router, train, test, router_file = _trained_router(profile, models, cache_dir, seed, test_fraction)
     cols = [profile.models.index(m) for m in models]
 
+    verifier_file = verifier_path(profile, models, train, cache_dir, seed)
+
     def cascade_scores() -> np.ndarray:
-        return verifier_scores(profile, models, emb(), train, cache_dir=cache_dir, seed=seed)
+        return verifier_scores(profile, models, emb(), train, cache_dir=cache_dir, seed=seed, path=verifier_file)
 
     info = {
         "profile": profile.source,
@@ -99,6 +101,9 @@ def build_quality_model(
         "router_path": str(Path(router_file).resolve()),
         "profile_hash": profile.content_hash,
         "router_test_auc": router.metadata.get("test_auc"),
+        # what serving loads to judge a cascade as the optimiser did (written when cascade scores are first
+        # computed, which every cascade evaluation does before a plan can be written)
+        "verifier_path": str(verifier_file) if len(models) > 1 else None,
     }
     return QualityModel(
         tiers=tuple(tier_names or models),
@@ -150,6 +155,26 @@ def _trained_router(
     return router, train, test, path
 
 
+def verifier_path(
+    profile: QualityProfile, models: list[str], train: np.ndarray, cache_dir: Path | None, seed: int
+) -> Path:
+    """Where the cascade verifier for ``profile``'s ``models`` trained on rows ``train`` is kept.
+
+    Training is a pure function of the profile's content, the judged tiers, the split and the seed, so
+    the file is named by a hash of them (beside the routers): a plan bundles the very file whose scores its
+    thresholds were cut on, and a second build reuses it.
+    """
+    import hashlib
+    import json
+
+    from boute.quality.embed import default_cache_dir
+    from boute.quality.judges import VERIFIER_FORMAT
+
+    rows = hashlib.sha256(np.asarray(train, dtype=np.int64).tobytes()).hexdigest()
+    key = json.dumps([VERIFIER_FORMAT, profile.content_hash, list(models[:-1]), rows, seed])
+    return Path(cache_dir or default_cache_dir()) / "verifiers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+
+
 def verifier_scores(
     profile: QualityProfile,
     models: list[str],
@@ -158,11 +183,15 @@ def verifier_scores(
     *,
     cache_dir: Path | None = None,
     seed: int = 0,
+    path: Path | None = None,
 ) -> np.ndarray:
-    """Offline verifier's confidence in each non-final tier's recorded answer, for every profile query."""
+    """Offline verifier's confidence in each non-final tier's recorded answer, for every profile query.
+
+    ``path``: where the verifier is kept (:func:`verifier_path`): loaded from there when a readable one is,
+    else trained and saved there."""
     from boute.errors import BouteError
     from boute.quality.embed import Embedder
-    from boute.quality.judges import RESPONSE_EMBED, train_verifier
+    from boute.quality.judges import RESPONSE_EMBED, load_verifier, train_verifier
 
     judged = models[:-1]
     missing = [m for m in judged if m not in profile.responses]
@@ -174,7 +203,16 @@ def verifier_scores(
     r_embs = {m: remb.embed(profile.responses[m]) for m in judged}
     labels = {m: profile.column(m) for m in judged}
     responses = {m: profile.responses[m] for m in judged}
-    verifier = train_verifier(profile.prompts, prompt_emb, responses, r_embs, labels, train, seed=seed)
+    verifier = None
+    if path is not None and path.is_file():
+        try:
+            verifier = load_verifier(path, cache_dir)
+        except (SpecError, KeyError, ValueError, OSError):
+            verifier = None  # a damaged entry is retrained
+    if verifier is None:
+        verifier = train_verifier(profile.prompts, prompt_emb, responses, r_embs, labels, train, seed=seed)
+        if path is not None:
+            verifier.save(path)
     return np.stack(
         [verifier.score_embeddings(prompt_emb, r_embs[m], profile.prompts, responses[m]) for m in judged], axis=1
     )

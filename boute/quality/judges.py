@@ -3,7 +3,8 @@
 - :class:`LLMJudge` asks any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI, the emulated backend) to
   rate the answer 1-10, production style. Anything that goes wrong (timeout, HTTP error, a reply with no
   rating) returns 0.0, which a cascade reads as "escalate": a broken judge costs money, never quality.
-- :class:`OfflineVerifier` is what runs where no judge LLM does (the optimiser, tests, the demo): a
+- :class:`OfflineVerifier` is what the optimiser scores cascades with, and what the gateway then runs
+  (:class:`VerifierJudge`, its file in the plan's bundle) so the thresholds mean the same on both sides: a
   logistic regression on MiniLM embeddings of (prompt, response) trained on the profile's recorded
   ``<model>_response`` texts to predict "this answer is good" (normalised score >= 0.5). Responses are
   embedded from their *end* (left truncation, 128 tokens) because that is where the final answer is.
@@ -69,6 +70,7 @@ class LLMJudge:
     template: str = JUDGE_TEMPLATE
     max_tokens: int = 256
     last_error: str | None = field(default=None, init=False)
+    failures: int = field(default=0, init=False)  # replies that were escalated for want of a rating
 
     def _request(self, prompt: str, response: str) -> dict[str, Any]:
         content = self.template.format(prompt=prompt, response=response)
@@ -95,10 +97,12 @@ class LLMJudge:
             text = r.json()["choices"][0]["message"]["content"]
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
+            self.failures += 1
             return 0.0
         rating = parse_rating(text if isinstance(text, str) else "")
         if rating is None:
             self.last_error = f"no rating in reply: {str(text)[:80]!r}"
+            self.failures += 1
             return 0.0
         self.last_error = None
         return (rating - 1.0) / 9.0
@@ -170,20 +174,100 @@ class OfflineVerifier:
     ) -> np.ndarray:
         return self.head.proba(self.features(prompt_emb, response_emb, prompts, responses))[:, 1]
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str]) -> np.ndarray:
+    def score(self, prompts: Sequence[str], responses: Sequence[str], *, cache: bool | None = None) -> np.ndarray:
+        """P(good) per (prompt, response). Embeddings go through the disk cache's float16 rounding whether or
+        not they are cached (``cache``; by default 32 texts or more are), so answers scored at serving time
+        get the score the optimiser computed for the same texts, not one a rounding away from a threshold."""
         from boute.quality.embed import Embedder
 
         pe = Embedder(self.cache_dir)
         re_ = Embedder(self.cache_dir, **RESPONSE_EMBED)
-        cache = len(prompts) >= 32
-        ep = pe.embed(prompts) if cache else pe.encode(list(prompts))
-        er = re_.embed(responses) if cache else re_.encode(list(responses))
+        cache = len(prompts) >= 32 if cache is None else cache
+        ep = pe.embed(prompts, cache=cache)
+        er = re_.embed(responses, cache=cache)
         return self.score_embeddings(ep, er, prompts, responses)
 
     def save(self, path: str | Path) -> Path:
         from boute.quality.router import Router
 
         return Router(self.head, self.feat_mean, self.feat_std, self.metadata).save(path)
+
+
+class VerifierJudge:
+    """An :class:`OfflineVerifier` as a cascade judge on the gateway's path: ``ajudge`` in [0, 1].
+
+    MiniLM takes milliseconds of CPU per answer, so scoring never runs on the event loop: one worker thread
+    scores, and the answers that arrive while it is busy wait for its next call and are scored together in
+    one batch (MiniLM's cost per text falls with the batch, so under load the judge keeps up instead of
+    queueing one answer behind another). Scores are those of :meth:`OfflineVerifier.score` for the same
+    texts. An answer the verifier cannot score (any error) gets 0.0, which escalates: a broken judge costs
+    money, never quality, as with :class:`LLMJudge`; ``failures`` counts them and ``last_error`` says why.
+    """
+
+    def __init__(self, verifier: OfflineVerifier, max_batch: int = 32) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.verifier = verifier
+        self.max_batch = max_batch
+        self.failures = 0
+        self.last_error: str | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="boute-judge")
+        self._pending: list[tuple[str, str, Any]] = []  # (prompt, response, future), event-loop side only
+        self._busy = False
+
+    def warm(self) -> None:
+        """Load the embedding model now, so the first cascade request does not pay for it."""
+        self.verifier.score(["warm-up"], ["warm-up"], cache=False)
+
+    def score_many(self, prompts: list[str], responses: list[str]) -> list[float]:
+        """Scores of a batch (on the worker thread). A batch that fails is scored one by one, so one bad answer
+        fails alone; a failed or non-finite score is 0.0 and counted."""
+        try:
+            vals = [
+                float(v) for v in self.verifier.score(prompts, responses, cache=False)
+            ]  # no disk writes when serving
+        except Exception as exc:
+            if len(prompts) == 1:
+                return [self._failed(exc)]
+            return [self.score_many([p], [r])[0] for p, r in zip(prompts, responses, strict=True)]
+        return [v if math.isfinite(v) else self._failed(ValueError(f"non-finite score {v}")) for v in vals]
+
+    async def ajudge(self, prompt: str, response: str) -> float:
+        import asyncio
+
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt, response, fut))
+        if not self._busy:
+            self._busy = True
+            asyncio.ensure_future(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        """Score what is pending, batch after batch, until nothing is (runs on the event loop, scores off it)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        try:
+            while self._pending:
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                prompts, responses = [b[0] for b in batch], [b[1] for b in batch]
+                try:
+                    scores = await loop.run_in_executor(self._pool, self.score_many, prompts, responses)
+                except Exception as exc:  # the executor itself failed: every answer of the batch escalates
+                    scores = [self._failed(exc)] * len(batch)
+                for (_, _, fut), v in zip(batch, scores, strict=True):
+                    if not fut.done():
+                        fut.set_result(v)
+        finally:
+            self._busy = False
+
+    def _failed(self, exc: BaseException) -> float:
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        return 0.0
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
 
 
 def train_verifier(
@@ -228,3 +312,12 @@ def load_verifier(path: str | Path, cache_dir: Path | None = None) -> OfflineVer
     if "feat_mean" not in extra or "feat_std" not in extra:
         raise SpecError(path, "feat_mean", "missing from the weights file")
     return OfflineVerifier(head, extra["feat_mean"], extra["feat_std"], meta, cache_dir)
+
+
+def verifier_files(path: str | Path) -> list[Path]:
+    """The files of the verifier at ``path`` (weights, then metadata), loaded once to prove they open: what
+    a cascade plan's bundle copies."""
+    from boute.quality.head import meta_path
+
+    load_verifier(path)
+    return [Path(path), meta_path(Path(path))]
