@@ -41,26 +41,34 @@ async def test_answers_arriving_together_are_scored_in_one_batch_and_a_bad_one_f
     assert judge.failures == 1 and judge.last_error is not None and "cannot embed" in judge.last_error
 
 
-def test_the_gateway_scores_an_answer_as_the_optimiser_did(tmp_path: Path) -> None:
+@pytest.mark.parametrize("embedder", ["static", "minilm"])
+def test_the_gateway_scores_an_answer_as_the_optimiser_did(tmp_path: Path, embedder: str) -> None:
     """A verifier trained on real GSM8K answers, saved as a plan bundles it and loaded as the gateway does:
     one answer at a time through the judge gives the offline (batched, cached) score to 1e-6."""
     from boute.quality import load_profile
     from boute.quality.embed import Embedder
-    from boute.quality.judges import RESPONSE_EMBED
+    from boute.quality.judges import RESPONSE_EMBED, response_tail
+    from boute.quality.static_embed import load_static
 
     profile = load_profile("builtin:gsm8k")
     model = next(m for m in profile.models if m in profile.responses)
     rows = np.arange(48)
     prompts = [profile.prompts[i] for i in rows]
     answers = [profile.responses[model][i] for i in rows]
-    pe = Embedder(tmp_path).embed(prompts)
-    re_ = Embedder(tmp_path, **RESPONSE_EMBED).embed(answers)
+    static = load_static() if embedder == "static" else None
+    if static is not None:
+        pe, re_ = static.embed(prompts), static.embed([response_tail(a) for a in answers])
+    else:
+        pe, re_ = Embedder(tmp_path).embed(prompts), Embedder(tmp_path, **RESPONSE_EMBED).embed(answers)
     labels = {model: profile.column(model)[rows]}
-    v = train_verifier(prompts, pe, {model: answers}, {model: re_}, labels, np.arange(40), seed=0)
+    v = train_verifier(prompts, pe, {model: answers}, {model: re_}, labels, np.arange(40), seed=0, static=static)
     offline = v.score_embeddings(pe, re_, prompts, answers)
     path = v.save(tmp_path / "verifier.npz")
-    assert [f.name for f in verifier_files(path)] == ["verifier.npz", "verifier.npz.json"]
-    judge = VerifierJudge(load_verifier(path, tmp_path))
+    files = [f.name for f in verifier_files(path)]
+    assert files[:2] == ["verifier.npz", "verifier.npz.json"] and len(files) == (4 if static else 2)
+    loaded = load_verifier(path, tmp_path)
+    assert (loaded.static is None) == (static is None) and loaded.metadata["embedder"]["kind"] == embedder
+    judge = VerifierJudge(loaded)
 
     async def one_by_one() -> list[float]:
         return [await judge.ajudge(p, a) for p, a in zip(prompts[40:], answers[40:], strict=True)]
@@ -71,3 +79,21 @@ def test_the_gateway_scores_an_answer_as_the_optimiser_did(tmp_path: Path) -> No
         judge.close()
     np.testing.assert_allclose(served, offline[40:], atol=1e-6)
     assert judge.failures == 0
+
+
+def test_a_damaged_verifier_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    from boute.errors import SpecError
+    from boute.quality.static_embed import load_static
+
+    static = load_static()
+    prompts, answers = ["what is 2+2?", "name a colour"] * 4, ["4", "#### 5", "blue", "I cannot"] * 2
+    pe, re_ = static.embed(prompts), static.embed(answers)
+    v = train_verifier(
+        prompts, pe, {"m": answers}, {"m": re_}, {"m": np.array([1, 0] * 4)}, np.arange(8), static=static
+    )
+    path = v.save(tmp_path / "v.npz")
+    table = next(f for f in verifier_files(path) if f.name.endswith(".static.npy"))
+    table.write_bytes(table.read_bytes()[:-8])
+    with pytest.raises(SpecError) as e:
+        load_verifier(path)
+    assert "sha256" in str(e.value) or "hash" in str(e.value)

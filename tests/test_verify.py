@@ -75,7 +75,9 @@ def test_a_cascade_is_judged_by_the_verifier_it_was_optimised_with(tmp_path: Pat
     rt = plan.routing
     assert rt.mode == "cascade" and rt.judge == "verifier" and rt.thresholds is not None and rt.router is None
     assert rt.verifier is not None and rt.verifier.startswith("plan.bundle/verifier-")
-    assert {a.path for a in plan.artifacts} == {rt.verifier, rt.verifier + ".json"}
+    # the static verifier's weights, metadata, token table and tokenizer: nothing else (no router, no MiniLM)
+    ext = (".json", ".static.npy", ".tokenizer.json")
+    assert {a.path for a in plan.artifacts} == {rt.verifier, *(rt.verifier + e for e in ext)}
     moved = tmp_path / "moved"
     moved.mkdir()
     shutil.copy(made / "plan.json", moved / "plan.json")
