@@ -28,12 +28,9 @@ class _Counting:
 async def test_answers_arriving_together_are_scored_in_one_batch_and_a_bad_one_fails_alone() -> None:
     fake = _Counting()
     judge = VerifierJudge(fake)  # type: ignore[arg-type]
-    try:
-        first = await judge.ajudge("q", "x" * 10)
-        answers = ["y" * n for n in range(1, 9)] + ["bad"]
-        scores = await asyncio.gather(*(judge.ajudge("q", a) for a in answers))
-    finally:
-        judge.close()
+    first = await judge.ajudge("q", "x" * 10)
+    answers = ["y" * n for n in range(1, 9)] + ["bad"]
+    scores = await asyncio.gather(*(judge.ajudge("q", a) for a in answers))
     assert first == pytest.approx(0.10)
     assert scores[:-1] == pytest.approx([n / 100 for n in range(1, 9)]) and scores[-1] == 0.0
     # one call for the first answer, one for the nine that queued together (failed), then one per answer
@@ -73,10 +70,7 @@ def test_the_gateway_scores_an_answer_as_the_optimiser_did(tmp_path: Path, embed
     async def one_by_one() -> list[float]:
         return [await judge.ajudge(p, a) for p, a in zip(prompts[40:], answers[40:], strict=True)]
 
-    try:
-        served = asyncio.run(one_by_one())
-    finally:
-        judge.close()
+    served = asyncio.run(one_by_one())
     np.testing.assert_allclose(served, offline[40:], atol=1e-6)
     assert judge.failures == 0
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -237,13 +239,10 @@ class VerifierJudge:
     """
 
     def __init__(self, verifier: OfflineVerifier, max_batch: int = 32) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.verifier = verifier
         self.max_batch = max_batch
         self.failures = 0
         self.last_error: str | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="boute-judge")
         self._pending: list[tuple[str, str, Any]] = []  # (prompt, response, future), event-loop side only
         self._busy = False
 
@@ -284,7 +283,7 @@ class VerifierJudge:
                 batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
                 prompts, responses = [b[0] for b in batch], [b[1] for b in batch]
                 try:
-                    scores = await loop.run_in_executor(self._pool, self.score_many, prompts, responses)
+                    scores = await loop.run_in_executor(_judge_thread(), self.score_many, prompts, responses)
                 except Exception as exc:  # the executor itself failed: every answer of the batch escalates
                     scores = [self._failed(exc)] * len(batch)
                 for (_, _, fut), v in zip(batch, scores, strict=True):
@@ -298,8 +297,12 @@ class VerifierJudge:
         self.last_error = f"{type(exc).__name__}: {exc}"
         return 0.0
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False)
+
+@lru_cache(maxsize=1)
+def _judge_thread() -> ThreadPoolExecutor:
+    """The process's one judging thread, shared by every :class:`VerifierJudge` (a gateway compiles a new
+    judge with each plan it adopts; one thread each would pile up idle ones)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="boute-judge")
 
 
 def train_verifier(
