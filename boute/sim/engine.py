@@ -188,8 +188,12 @@ def simulate(
                     if cascade and cur_tier[rid] < final[rid]:
                         seq += 1
                         heapq.heappush(hops, (r.now + judge_delay_s, seq, rid))
-                    else:  # a cascade's answer accepted before the last tier waited for the judge too
-                        finish[rid] = r.now + (judge_delay_s if cascade and final[rid] < last else 0.0)
+                    elif cascade and final[rid] < last:
+                        # accepted before the last tier: the gateway held the whole answer for the judge,
+                        # then sends it at once, so its first token reaches the client with the last
+                        finish[rid] = first_final[rid] = r.now + judge_delay_s
+                    else:
+                        finish[rid] = r.now
                         first_final[rid] = ttft[rid]
                 done.clear()
             r.schedule(inp, out)
