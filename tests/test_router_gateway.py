@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
+from tests.judge_server import FakeJudge
 from tests.services import free_port
 from tests.stack import TEST_PLAN, Stack
 from tests.waits import SAFETY_S, until
@@ -133,37 +133,6 @@ def test_metrics_and_probes(gw: str) -> None:
     assert 'boute_requests_total{code="200",tier="small"}' in text and "boute_overhead_seconds_bucket" in text
 
 
-@pytest.fixture()
-def judge_url() -> Iterator[str]:
-    """An LLM judge over real HTTP (OpenAI chat completions): rates an answer to "hi" 9/10, anything else 2/10,
-    and answers "no rating here" to a question containing "unratable"."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            content = body["messages"][0]["content"]
-            question = content.split("[Question]\n", 1)[1].split("\n\n[The Start", 1)[0]
-            text = "no rating here" if "unratable" in question else "Rating: [[9]]" if question == "hi" else "[[2]]"
-            out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-
-
 def test_cascade_escalates_what_its_judge_rejects_and_streams_early_answers(stack: Stack, judge_url: str) -> None:
     """The plan's 'llm' judge at BOUTE_JUDGE_URL scores tier 0's answer; below the plan's threshold the
     query escalates; a rating that cannot be read escalates too and shows in /metrics."""
@@ -172,6 +141,12 @@ def test_cascade_escalates_what_its_judge_rejects_and_streams_early_answers(stac
         "routing": {"mode": "cascade", "tiers": ["small", "large"], "fractions": [0.7, 0.3]}
         | {"judge": "llm", "thresholds": [0.5]},
     }
+
+    def rate(content: str) -> str:  # 9/10 for an answer to "hi", 2/10 otherwise, no rating for "unratable"
+        question = content.split("[Question]\n", 1)[1].split("\n\n[The Start", 1)[0]
+        return "no rating here" if "unratable" in question else "Rating: [[9]]" if question == "hi" else "[[2]]"
+
+    FakeJudge.reply = rate
     plan_file = stack.workdir / "cascade.json"
     plan_file.write_text(json.dumps(cascade))
     refused = stack.workdir / "unjudged.json"

@@ -14,6 +14,15 @@ import pytest
 from boute.serving.bundle import bundle_dir, open_plan
 
 
+def _move(made: Path, moved: Path) -> Path:
+    """``made``'s plan.json and its bundle copied to ``moved``, then ``made`` deleted: the plan travels."""
+    moved.mkdir()
+    shutil.copy(made / "plan.json", moved / "plan.json")
+    shutil.copytree(bundle_dir(made / "plan.json"), bundle_dir(moved / "plan.json"))
+    shutil.rmtree(made)
+    return moved
+
+
 def _boute(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "boute", *argv], cwd=cwd, capture_output=True, text=True, check=False)
 
@@ -33,11 +42,7 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
     assert plan.routing.router is not None and plan.routing.router.startswith("plan.bundle/router-")
     assert plan.predicted is not None and plan.predicted.tier_shares is not None
 
-    moved = tmp_path / "moved"
-    moved.mkdir()
-    shutil.copy(made / "plan.json", moved / "plan.json")
-    shutil.copytree(bundle_dir(made / "plan.json"), bundle_dir(moved / "plan.json"))
-    shutil.rmtree(made)
+    moved = _move(made, tmp_path / "moved")
 
     r = _boute("verify", "--plan", "plan.json", "--duration", "40", "--speedup", "8", "--json", cwd=moved)
     assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict
@@ -78,11 +83,7 @@ def test_a_cascade_is_judged_by_the_verifier_it_was_optimised_with(tmp_path: Pat
     # the static verifier's weights, metadata, token table and tokenizer: nothing else (no router, no MiniLM)
     ext = (".json", ".static.npy", ".tokenizer.json")
     assert {a.path for a in plan.artifacts} == {rt.verifier, *(rt.verifier + e for e in ext)}
-    moved = tmp_path / "moved"
-    moved.mkdir()
-    shutil.copy(made / "plan.json", moved / "plan.json")
-    shutil.copytree(bundle_dir(made / "plan.json"), bundle_dir(moved / "plan.json"))
-    shutil.rmtree(made)
+    moved = _move(made, tmp_path / "moved")
 
     r = _boute("verify", "--plan", "plan.json", "--duration", "60", "--speedup", "2", "--json", cwd=moved)
     assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict

@@ -193,27 +193,20 @@ def candidate_plan(
     (:func:`verifier_of`); the plan names it as its judge (a cascade needs no router). Tiers with zero load
     and no replicas stay in routing."""
     cut = None if thresholds is None else [float(v) for v in thresholds]
-    tiers = [t.name for t in scenario.tiers]
-    if mode == "cascade":
-        judged = verifier is not None and cut is not None
-        routing = Routing(
-            mode=mode,
-            tiers=tiers,
-            fractions=list(cand.fractions),
-            thresholds=cut,
-            judge="verifier" if judged else None,
-            verifier=verifier if judged else None,
-        )
-    else:
-        routing = Routing(
-            mode=mode,
-            tiers=tiers,
-            fractions=list(cand.fractions),
-            thresholds=cut,
-            scorer="learned" if router else None,
-            router=router,
-            reference=scenario.quality.profile if router else None,
-        )
+    cascade = mode == "cascade"
+    judged = cascade and verifier is not None and cut is not None
+    routed = not cascade and router is not None
+    routing = Routing(
+        mode=mode,
+        tiers=[t.name for t in scenario.tiers],
+        fractions=list(cand.fractions),
+        thresholds=cut,
+        scorer="learned" if routed else None,
+        router=router if routed else None,
+        reference=scenario.quality.profile if routed else None,
+        judge="verifier" if judged else None,
+        verifier=verifier if judged else None,
+    )
     return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
 
 
