@@ -55,6 +55,7 @@ class Settings(BaseModel):
     drain_timeout_s: PositiveFloat = Field(30.0, description="graceful shutdown: wait this long for in-flight")
     judge_url: str | None = Field(None, description="cascade: OpenAI-compatible judge endpoint (LLMJudge)")
     judge_model: str = Field("judge", description="cascade: model name sent to the judge endpoint")
+    judge_timeout_s: PositiveFloat = Field(10.0, description="cascade: an LLM judge slower than this escalates")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

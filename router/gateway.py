@@ -32,7 +32,7 @@ from router.openai_io import (
     parse_request,
     response_text,
 )
-from router.policy import RoutePolicy
+from router.policy import RoutePolicy, endpoint_judge
 from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
 from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
 from router.state import SharedState
@@ -127,7 +127,7 @@ class Gateway:
         root = Path(s.bundle_root) if s.bundle_root else Path(s.plan).parent if s.plan else None
         where = materialise(plan, self.state.fetch_artifact, root, artifact_cache())
         check_plan_hardware(plan, plan_catalog(plan, "plan"), "plan")
-        self._compiled = RoutePolicy(plan, where, judge=self._judge(), file=s.plan or "plan")
+        self._compiled = RoutePolicy(plan, where, judge=self._judge(plan), file=s.plan or "plan")
         return self._compiled
 
     def plan_files(self, plan: Plan) -> list[tuple[str, bytes]]:
@@ -136,13 +136,15 @@ class Gateway:
         root = self.policy_for(plan).root
         return bundle_files(plan, root) if plan.artifacts else []
 
-    def _judge(self) -> Any:
-        """Cascade judge: an LLM judge when BOUTE_JUDGE_URL is set, else RoutePolicy's stand-in."""
-        if not self.settings.judge_url:
-            return None
-        from boute.quality import LLMJudge
-
-        return LLMJudge(self.settings.judge_url, self.settings.judge_model, timeout=self.settings.health_timeout_s * 10)
+    def _judge(self, plan: Plan) -> Any:
+        """The LLM judge at BOUTE_JUDGE_URL for a cascade whose plan names an 'llm' judge; None otherwise
+        (RoutePolicy loads a verifier from the plan's bundle, and refuses a cascade that names no judge)."""
+        s, r = self.settings, plan.routing
+        if s.judge_url and r.mode == "cascade" and r.judge != "llm":
+            log.warning(
+                "BOUTE_JUDGE_URL is not used: the plan's judge is its '%s', whose scores it was cut on", r.judge
+            )
+        return endpoint_judge(r, s.judge_url, s.judge_model, s.judge_timeout_s)
 
     def _tripped(self, backend_id: str) -> None:
         log.warning("replica %s tripped for %.1fs", backend_id, self.settings.cooldown_s)

@@ -52,6 +52,12 @@ class Metrics:
             registry=r,
         )
         self.escalations = Counter("boute_escalations", "cascade escalations to a larger tier", registry=r)
+        judge_failed = Gauge(
+            "boute_judge_failures",
+            "answers the current plan's cascade judge could not score (error, timeout, no rating): each escalated",
+            registry=r,
+        )
+        judge_failed.set_function(lambda: float(getattr(getattr(gateway.policy, "judge", None), "failures", 0)))
         inflight = Gauge("boute_inflight", "requests in progress", registry=r)
         inflight.set_function(lambda: gateway.inflight)
         healthy = Gauge("boute_healthy_replicas", "available replicas per tier", ["tier"], registry=r)

@@ -5,7 +5,9 @@ scorer (``routing.scorer``) and the prompts its thresholds were cut on (``routin
 loads the plan's own router from its bundle, ``length`` scores by prompt length over the reference. Nothing
 else is ever substituted: a plan whose scorer cannot be loaded is refused. Thresholds are the plan's, or cut
 from its fractions on the reference by the same function the optimiser uses
-(:func:`boute.quality.policy.thresholds_for_fractions`).
+(:func:`boute.quality.policy.thresholds_for_fractions`). A cascade names its judge the same way
+(``routing.judge``, :func:`plan_judge`): the verifier the optimiser scored it with, or an LLM judge, with
+the thresholds cut on that judge's scores; a cascade that names none is refused.
 """
 
 from __future__ import annotations
@@ -59,17 +61,45 @@ class LengthScorer:
         return np.array([self.score_one(p) for p in prompts], dtype=float)
 
 
-class ScorerJudge:
-    """Cascade stand-in when no verifier/LLM judge is configured: accepts easy prompts (1 - difficulty).
+#: why a cascade plan without its judge is refused: its thresholds mean nothing on another judge's scores
+UNJUDGED = (
+    "a cascade plan names its judge and the thresholds cut on that judge's scores (boute optimize --mode "
+    "cascade writes both); this one names none, and no stand-in judge is served in its place"
+)
 
-    It ignores the response, so it is only a placeholder that exercises the cascade mechanics.
+
+def plan_judge(routing: Routing, root: Path, file: str | Path | None = None) -> Judge | None:
+    """The judge a cascade plan names, loaded from its bundle (None for a pre-routed plan).
+
+    ``verifier``: the plan's verifier file, warmed so the first request does not load the embedding model.
+    ``llm`` needs an endpoint, which only the gateway knows (``BOUTE_JUDGE_URL``): it passes that judge in,
+    so reaching here with one is a SpecError, as is a cascade that names no judge.
     """
+    if routing.mode != "cascade":
+        return None
+    if routing.judge == "verifier":
+        from boute.quality.judges import VerifierJudge, load_verifier
 
-    def __init__(self, scorer: Scorer) -> None:
-        self.scorer = scorer
+        assert routing.verifier is not None  # the plan's validator guarantees it
+        try:
+            judge = VerifierJudge(load_verifier(root / routing.verifier))
+        except SpecError as exc:
+            raise SpecError(file, "routing.verifier", str(exc)) from None
+        judge.warm()
+        return judge
+    if routing.judge == "llm":
+        raise SpecError(file, "routing.judge", "'llm' needs the judge endpoint: set BOUTE_JUDGE_URL on the gateway")
+    raise SpecError(file, "routing.judge", UNJUDGED)
 
-    async def ajudge(self, prompt: str, response: str) -> float:
-        return 1.0 - float(self.scorer.score([prompt])[0])
+
+def endpoint_judge(routing: Routing, url: str | None, model: str, timeout_s: float) -> Judge | None:
+    """The LLM judge at ``url`` (the gateway's ``BOUTE_JUDGE_URL``) for a cascade whose plan names an 'llm'
+    judge; None for any other plan, whose judge (if any) comes from its bundle (:func:`plan_judge`)."""
+    if routing.mode != "cascade" or routing.judge != "llm" or not url:
+        return None
+    from boute.quality.judges import LLMJudge
+
+    return LLMJudge(url, model, timeout=timeout_s)
 
 
 def _resolve(ref: str, root: Path) -> str | Path:
@@ -98,21 +128,6 @@ def load_scorer(routing: Routing, root: Path, file: str | Path | None = None) ->
         assert routing.reference is not None
         return LengthScorer(reference_prompts(routing.reference, root))
     return None
-
-
-def cascade_thresholds(judge_scores: np.ndarray, fractions: list[float]) -> list[float]:
-    """Judge cut points so that ``fractions[i]`` of queries are accepted at tier i.
-
-    Approximation: the judge's score distribution is taken as the same at every hop, so tier i accepts
-    ``f_i / (1 - f_0 - ... - f_{i-1})`` of what reaches it.
-    """
-    out: list[float] = []
-    remaining = 1.0
-    for f in list(fractions)[:-1]:
-        accept = f / remaining if remaining > 1e-12 else 1.0
-        out.append(float(np.quantile(judge_scores, float(np.clip(1.0 - accept, 0.0, 1.0)))))
-        remaining -= f
-    return out
 
 
 class ScoreBatcher:
@@ -252,11 +267,8 @@ class RoutePolicy:
             only = next(i for i, f in enumerate(fr) if f > 0)
             self.thresholds = [-np.inf] * only + [np.inf] * (len(self.tiers) - 1 - only)
         else:
-            if self.scorer is None:
-                raise SpecError(file, "routing.scorer", "a cascade without a judge needs a scorer for its stand-in")
-            ref = list(reference_prompts(r.reference or "builtin:gsm8k", root))
-            self.thresholds = cascade_thresholds(1.0 - self.scorer.score(ref), fr)
-        self.judge: Judge | None = judge if judge is not None else (ScorerJudge(self.scorer) if self.scorer else None)
+            raise SpecError(file, "routing.judge", UNJUDGED)
+        self.judge: Judge | None = judge if judge is not None else plan_judge(r, root, file)
         # model-name aliases that force a tier (RouteLLM style "router-<tier>", the bare tier, its model)
         self.forced: dict[str, int] = {}
         for i, t in enumerate(self.tiers):

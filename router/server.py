@@ -60,10 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     if settings.plan:  # a plan that cannot be served is one line and exit 2, before anything listens
         from boute.errors import BouteError
         from boute.serving.bundle import open_plan
-        from router.policy import RoutePolicy
+        from router.policy import RoutePolicy, endpoint_judge
 
         try:
-            RoutePolicy(open_plan(settings.plan), Path(settings.plan).parent, file=settings.plan)
+            plan = open_plan(settings.plan)
+            judge = endpoint_judge(plan.routing, settings.judge_url, settings.judge_model, settings.judge_timeout_s)
+            RoutePolicy(plan, Path(settings.plan).parent, judge=judge, file=settings.plan)
         except BouteError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -72,3 +72,12 @@ def stack() -> Iterator[Stack]:
         yield st
     finally:
         st.stop()
+
+
+@pytest.fixture()
+def judge_url() -> Iterator[str]:
+    """An LLM judge over real HTTP (:class:`tests.judge_server.FakeJudge`; the test sets its reply)."""
+    from tests.judge_server import serve_judge
+
+    with serve_judge() as url:
+        yield url

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -15,41 +11,8 @@ import pytest
 from boute.errors import SpecError
 from boute.quality import LLMJudge, parse_rating, quality_model_for
 from tests.cli import run_cli
+from tests.judge_server import FakeJudge
 from tests.waits import SAFETY_S
-
-
-class _Judge(BaseHTTPRequestHandler):
-    """A minimal OpenAI-compatible /chat/completions endpoint whose reply the test sets."""
-
-    reply: str = "Rating: [[8]]"
-    status: int = 200
-    delay: float = 0.0
-    seen: list[dict] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-        time.sleep(type(self).delay)
-        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": type(self).reply}}]}).encode()
-        self.send_response(type(self).status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture()
-def judge_url() -> Iterator[str]:
-    _Judge.reply, _Judge.status, _Judge.delay, _Judge.seen = "Rating: [[8]]", 200, 0.0, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
 
 
 def test_parse_rating() -> None:
@@ -65,20 +28,20 @@ def test_parse_rating() -> None:
 async def test_llm_judge_over_http(judge_url: str) -> None:
     j = LLMJudge(judge_url, "judge-model", timeout=SAFETY_S, api_key="k")  # the happy path waits for the answer
     assert await j.ajudge("What is 2+2?", "4") == pytest.approx(7 / 9)
-    sent = _Judge.seen[-1]
+    sent = FakeJudge.seen[-1]
     assert sent["path"] == "/v1/chat/completions" and sent["body"]["model"] == "judge-model"
     assert "What is 2+2?" in sent["body"]["messages"][0]["content"] and sent["auth"] == "Bearer k"
-    _Judge.reply = "I cannot decide."
+    FakeJudge.reply = "I cannot decide."
     assert await j.ajudge("q", "a") == 0.0 and "no rating" in (j.last_error or "")
-    _Judge.reply, _Judge.status = "Rating: [[10]]", 500
+    FakeJudge.reply, FakeJudge.status = "Rating: [[10]]", 500
     assert await j.ajudge("q", "a") == 0.0 and "500" in (j.last_error or "")
-    _Judge.status = 200
+    FakeJudge.status = 200
     scores = await j.ajudge_many([("q1", "a1"), ("q2", "a2"), ("q3", "a3")])
     np.testing.assert_allclose(scores, [1.0, 1.0, 1.0])
 
 
 async def test_llm_judge_timeout_and_unreachable_escalate(judge_url: str) -> None:
-    _Judge.delay = 1.0
+    FakeJudge.delay = 1.0
     j = LLMJudge(judge_url, "m", timeout=0.2)
     assert await j.ajudge("q", "a") == 0.0  # the judge answers after 1 s: the 0.2 s timeout gave up first
     assert "Timeout" in (j.last_error or "")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
 import httpx
 import openai
 import pytest
 
+from tests.judge_server import FakeJudge
+from tests.services import free_port
 from tests.stack import TEST_PLAN, Stack
-from tests.waits import until
+from tests.waits import SAFETY_S, until
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
 
@@ -130,25 +133,36 @@ def test_metrics_and_probes(gw: str) -> None:
     assert 'boute_requests_total{code="200",tier="small"}' in text and "boute_overhead_seconds_bucket" in text
 
 
-def test_cascade_escalates_hard_prompts_and_streams_early_answers(stack: Stack) -> None:
+def test_cascade_escalates_what_its_judge_rejects_and_streams_early_answers(stack: Stack, judge_url: str) -> None:
+    """The plan's 'llm' judge at BOUTE_JUDGE_URL scores tier 0's answer; below the plan's threshold the
+    query escalates; a rating that cannot be read escalates too and shows in /metrics."""
     cascade = {
         **TEST_PLAN,
         "routing": {"mode": "cascade", "tiers": ["small", "large"], "fractions": [0.7, 0.3]}
-        | {"scorer": "length", "reference": "builtin:gsm8k"},
+        | {"judge": "llm", "thresholds": [0.5]},
     }
+
+    def rate(content: str) -> str:  # 9/10 for an answer to "hi", 2/10 otherwise, no rating for "unratable"
+        question = content.split("[Question]\n", 1)[1].split("\n\n[The Start", 1)[0]
+        return "no rating here" if "unratable" in question else "Rating: [[9]]" if question == "hi" else "[[2]]"
+
+    FakeJudge.reply = rate
     plan_file = stack.workdir / "cascade.json"
     plan_file.write_text(json.dumps(cascade))
-    url, _ = stack.gateway(BOUTE_PLAN=str(plan_file))
-    easy = httpx.post(
-        url + "/v1/chat/completions",
-        json={"model": "boute", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
-    )
+    refused = stack.workdir / "unjudged.json"
+    refused.write_text(json.dumps({**cascade, "routing": cascade["routing"] | {"judge": None, "thresholds": None}}))
+    url, _ = stack.gateway(BOUTE_PLAN=str(plan_file), BOUTE_JUDGE_URL=judge_url)
+
+    def ask(prompt: str) -> httpx.Response:
+        body = {"model": "boute", "messages": [{"role": "user", "content": prompt}], "max_tokens": 3}
+        return httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+
+    easy, hard, odd = ask("hi"), ask("why"), ask("unratable")
     assert easy.headers["x-boute-tier"] == "small" and "x-boute-hops" not in easy.headers
-    hard = httpx.post(
-        url + "/v1/chat/completions",
-        json={"model": "boute", "messages": [{"role": "user", "content": "why " * 400}], "max_tokens": 3},
-    )
     assert hard.headers["x-boute-tier"] == "large" and hard.headers["x-boute-hops"] == "2"
+    assert odd.headers["x-boute-tier"] == "large" and odd.status_code == 200
+    metrics = httpx.get(url + "/metrics").text
+    assert "boute_judge_failures 1.0" in metrics and "boute_escalations_total 2.0" in metrics
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
     chunks = list(
         client.chat.completions.create(
@@ -156,6 +170,18 @@ def test_cascade_escalates_hard_prompts_and_streams_early_answers(stack: Stack) 
         )
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "This is emulated out"[:20]
+    # a cascade that names no judge is not served on a stand-in: the gateway refuses it in one line, exit 2
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "router", "--port", str(free_port())],
+        env={**os.environ, "BOUTE_PLAN": str(refused), "BOUTE_JUDGE_URL": judge_url},
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_S,
+    )
+    assert r.returncode == 2 and "routing.judge" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 async def test_bounded_inflight_answers_429_with_retry_after(stack: Stack) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from boute.catalog import builtin_catalog
+from boute.errors import SpecError
 from boute.quality.policy import thresholds_for_fractions
 from boute.serving import BackendSpec
 from boute.sim.weights import REFERENCE_LENGTHS, replica_capacity
@@ -15,7 +17,7 @@ from boute.specs.plan import Plan
 from router.balancer import Balancer
 from router.config import Settings
 from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
-from router.policy import LengthScorer, RoutePolicy, cascade_thresholds
+from router.policy import LengthScorer, RoutePolicy
 from tests.stack import TEST_PLAN
 
 
@@ -31,9 +33,48 @@ def test_fraction_thresholds_split_reference_as_planned() -> None:
     th = thresholds_for_fractions(scores, [0.2, 0.5, 0.3])
     tiers = np.searchsorted(th, scores, side="left")
     assert np.allclose(np.bincount(tiers) / len(scores), [0.2, 0.5, 0.3], atol=0.01)
-    # cascade: accepted share at each hop matches the fractions under the same-distribution assumption
-    ct = cascade_thresholds(scores, [0.6, 0.4])
-    assert np.mean(scores >= ct[0]) == pytest.approx(0.6, abs=0.01)
+
+
+def _cascade(**routing: object) -> dict[str, object]:
+    r = {"mode": "cascade", "tiers": ["small", "large"], "fractions": [0.7, 0.3]} | routing
+    return {**TEST_PLAN, "routing": r}
+
+
+def test_a_cascade_is_served_only_with_the_judge_its_thresholds_were_cut_for() -> None:
+    """No stand-in judge: a cascade naming none is refused in one line, as is an 'llm' judge with no endpoint
+    and a verifier file that is not there; the spec itself refuses a judge without thresholds."""
+    with pytest.raises(SpecError) as e:
+        RoutePolicy(Plan.model_validate(_cascade()), file="p.json")
+    assert "routing.judge" in str(e.value) and "no stand-in" in str(e.value)
+    with pytest.raises(SpecError, match="BOUTE_JUDGE_URL"):
+        RoutePolicy(Plan.model_validate(_cascade(judge="llm", thresholds=[0.5])), file="p.json")
+    with pytest.raises(SpecError) as e:
+        RoutePolicy(Plan.model_validate(_cascade(judge="verifier", verifier="nope.npz", thresholds=[0.5])))
+    assert "routing.verifier" in str(e.value) and "not found" in str(e.value)
+    for bad, why in (
+        ({"judge": "llm"}, "needs routing.thresholds"),
+        ({"judge": "verifier", "thresholds": [0.5]}, "needs routing.verifier"),
+        ({"verifier": "v.npz", "thresholds": [0.5]}, "only read with routing.judge 'verifier'"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            Plan.model_validate(_cascade(**bad))
+    with pytest.raises(ValueError, match="cascades only"):
+        Plan.model_validate({**TEST_PLAN, "routing": TEST_PLAN["routing"] | {"judge": "llm", "thresholds": [0.5]}})
+
+
+async def test_an_llm_judge_thresholds_each_hop_and_counts_what_it_could_not_rate() -> None:
+    """The plan's thresholds decide on the judge's score; a judge that fails escalates and is counted."""
+
+    class Judge:
+        failures = 0
+
+        async def ajudge(self, prompt: str, response: str) -> float:
+            return 0.9 if prompt == "easy" else 0.1
+
+    policy = RoutePolicy(Plan.model_validate(_cascade(judge="llm", thresholds=[0.5])), judge=Judge())
+    assert policy.thresholds == [0.5] and policy.judge is not None
+    assert policy.accepts(0, await policy.judge.ajudge("easy", "")) and not policy.accepts(0, 0.1)
+    assert policy.accepts(1, 0.0)  # the last tier's answer is always kept
 
 
 def test_length_policy_routes_long_prompts_to_large_tier_and_forces_by_name() -> None:
@@ -292,3 +333,15 @@ async def test_a_late_health_answer_takes_a_replica_out_only_when_it_repeats() -
     health.answers = {}
     await bal.check_all(health)
     assert fast.healthy and slow.healthy
+
+
+def test_thresholds_beyond_every_score_survive_a_round_trip(tmp_path: Path) -> None:
+    """A tier that accepts everything has a -inf threshold: written and read back as -inf (was null, which
+    made the written plan unreadable)."""
+    from boute.serving.bundle import open_plan
+    from boute.specs.plan import save_plan
+
+    plan = Plan.model_validate(_cascade(fractions=[1.0, 0.0], thresholds=[float("-inf")], judge="llm"))
+    for name in ("p.json", "p.yaml"):
+        assert open_plan(save_plan(plan, tmp_path / name)).routing.thresholds == [float("-inf")]
+    assert Plan.model_validate_json(plan.model_dump_json()).routing.thresholds == [float("-inf")]

@@ -125,6 +125,18 @@ def test_cascade_serves_every_hop(sc) -> None:  # type: ignore[no-untyped-def]
     assert cas.replica_served[0] == len(w) and cas.replica_served[1] == len(w)
 
 
+def test_an_answer_accepted_early_reaches_the_client_whole_after_the_judge(sc) -> None:  # type: ignore[no-untyped-def]
+    """Accepted at tier 0 of a cascade: the gateway held the whole answer for the judge and sends it at
+    once, so time to first token is the end-to-end time, and each judged hop costs ``judge_delay_s``."""
+    groups = [SMALL_4090, {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4}]
+    w = build_workload(sc, rate_rps=5, duration_s=40)
+    route = np.zeros(len(w), dtype=np.int64)
+    plan = _plan(groups, ("small", "large"), (1.0, 0.0), mode="cascade")
+    fast, slow = (simulate(plan, sc, w, route=route, judge_delay_s=d) for d in (0.0, 0.5))
+    np.testing.assert_allclose(slow.ttft_s, slow.e2e_s)
+    np.testing.assert_allclose(slow.e2e_s - fast.e2e_s, 0.5, atol=1e-9)  # the large tier is never reached
+
+
 def test_oversized_requests_are_rejected_not_lost(sc) -> None:  # type: ignore[no-untyped-def]
     n = 20
     w = Workload(

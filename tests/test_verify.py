@@ -14,6 +14,15 @@ import pytest
 from boute.serving.bundle import bundle_dir, open_plan
 
 
+def _move(made: Path, moved: Path) -> Path:
+    """``made``'s plan.json and its bundle copied to ``moved``, then ``made`` deleted: the plan travels."""
+    moved.mkdir()
+    shutil.copy(made / "plan.json", moved / "plan.json")
+    shutil.copytree(bundle_dir(made / "plan.json"), bundle_dir(moved / "plan.json"))
+    shutil.rmtree(made)
+    return moved
+
+
 def _boute(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "boute", *argv], cwd=cwd, capture_output=True, text=True, check=False)
 
@@ -33,11 +42,7 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
     assert plan.routing.router is not None and plan.routing.router.startswith("plan.bundle/router-")
     assert plan.predicted is not None and plan.predicted.tier_shares is not None
 
-    moved = tmp_path / "moved"
-    moved.mkdir()
-    shutil.copy(made / "plan.json", moved / "plan.json")
-    shutil.copytree(bundle_dir(made / "plan.json"), bundle_dir(moved / "plan.json"))
-    shutil.rmtree(made)
+    moved = _move(made, tmp_path / "moved")
 
     r = _boute("verify", "--plan", "plan.json", "--duration", "40", "--speedup", "8", "--json", cwd=moved)
     assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict
@@ -56,3 +61,39 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
 
     r = _boute("verify", "--plan", "plan.json", "--duration", "10", "--speedup", "8", "--tol-p95", "0", cwd=moved)
     assert r.returncode == 1 and "NOT verified" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a cascade optimisation (the verifier trained on GSM8K's answers), then one verify run
+def test_a_cascade_is_judged_by_the_verifier_it_was_optimised_with(tmp_path: Path) -> None:
+    """The cascade's verifier travels in the bundle and the gateway runs it on each answer: escalations
+    happen at about the promised rate (a judge that ignored the answer, the old stand-in, accepted nearly
+    every first answer), every answer is the answering tier's own, and verify reports hop by hop."""
+    made = tmp_path / "made"
+    made.mkdir()
+    r = _boute(
+        "optimize", "--scenario", "builtin:small-live", "--mode", "cascade", "--max-evals", "10",
+        "--out", "plan.json", "-q", "--db", f"sqlite:///{made / 'b.db'}", cwd=made,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = open_plan(made / "plan.json")
+    rt = plan.routing
+    assert rt.mode == "cascade" and rt.judge == "verifier" and rt.thresholds is not None and rt.router is None
+    assert rt.verifier is not None and rt.verifier.startswith("plan.bundle/verifier-")
+    # the static verifier's weights, metadata, token table and tokenizer: nothing else (no router, no MiniLM)
+    ext = (".json", ".static.npy", ".tokenizer.json")
+    assert {a.path for a in plan.artifacts} == {rt.verifier, *(rt.verifier + e for e in ext)}
+    moved = _move(made, tmp_path / "moved")
+
+    r = _boute("verify", "--plan", "plan.json", "--duration", "60", "--speedup", "2", "--json", cwd=moved)
+    assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict
+    out = json.loads(r.stdout)
+    m, checks = out["measured"], {c["name"]: c for c in out["checks"]}
+    assert m["requests"] > 120 and m["failed"] == 0 and m["answers_match_profile"] == 1.0
+    assert {"share small", "share large", "escalated", "accepted at small", "quality"} <= set(checks)
+    promised = plan.predicted.tier_shares
+    assert promised is not None and 0.05 < promised[1] < 0.5
+    assert checks["escalated"]["promised"] == pytest.approx(promised[1])
+    assert abs(checks["escalated"]["measured"] - promised[1]) < 0.1, checks["escalated"]
+    assert checks["accepted at small"]["measured"] == pytest.approx(1 - checks["escalated"]["measured"])
+    assert abs(m["quality"] - plan.predicted.quality) < 0.1, (m["quality"], plan.predicted.quality)

@@ -27,7 +27,14 @@ from backends.deploy.launch import LOOPBACK, LaunchOptions
 from backends.deploy.local import LocalTarget
 from backends.deploy.registry import Registry
 from boute.errors import BouteError
-from boute.optimize.evaluators import OVERLOAD_P95_S, EvalDetail, EvalResult, candidate_plan, router_of
+from boute.optimize.evaluators import (
+    OVERLOAD_P95_S,
+    EvalDetail,
+    EvalResult,
+    candidate_plan,
+    router_of,
+    verifier_of,
+)
 from boute.optimize.space import Candidate
 from boute.serving.auth import TOKEN_ENV
 from boute.serving.bundle import open_plan, write_plan
@@ -75,8 +82,10 @@ class LiveEvaluator:
             float(w.arrival_s[k - 1]) if k else 0.0,
         )
         self.profile = load_profile(scenario.quality.profile, scenario.quality.format)
-        # candidates are routed by the scenario's learned router, shipped to the gateway in a plan bundle
-        self._router = router_of(quality_model_for(scenario))
+        # candidates are routed by the scenario's learned router (a cascade: judged by its verifier, with the
+        # thresholds the quality model cuts on that verifier's scores), shipped to the gateway in a plan bundle
+        self._quality = quality_model_for(scenario)
+        self._router = router_of(self._quality) if mode == "preroute" else None
         self._router_files = router_files(self._router) if self._router else []
         self.columns = {t.name: self.profile.models.index(t.quality_model or t.name) for t in scenario.tiers}
         missing = [
@@ -155,6 +164,19 @@ class LiveEvaluator:
         )
 
     # ---- one evaluation ------------------------------------------------------------------------
+    def _write_plan(self, cand: Candidate) -> Path:
+        """The candidate's plan with its bundle: the router for a pre-route, the verifier for a cascade."""
+        out = self.workdir / "candidate.json"
+        if self.mode != "cascade":
+            plan = candidate_plan(self.scenario, cand, self.mode, router=self._router)
+            return write_plan(plan, out, self.scenario, self._router_files)
+        from boute.quality.judges import verifier_files
+
+        theta = self._quality.cascade_thresholds(cand.fractions)  # trains (or loads) the verifier first
+        verifier = verifier_of(self._quality)
+        plan = candidate_plan(self.scenario, cand, "cascade", theta, verifier=verifier)
+        return write_plan(plan, out, self.scenario, verifier_files=verifier_files(verifier) if verifier else ())
+
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.optimize.replay import replay
         from boute.sim import plan_cost
@@ -162,8 +184,7 @@ class LiveEvaluator:
         t0 = time.perf_counter()
         if self._ctl is None:
             self._fleet()
-        plan = candidate_plan(self.scenario, cand, self.mode, router=self._router)
-        path = write_plan(plan, self.workdir / "candidate.json", self.scenario, self._router_files)
+        path = self._write_plan(cand)
         self._ctl.plan_root = self.workdir
         self._ctl.apply(open_plan(path))
         self._ensure_gateway()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from boute.errors import BouteError, SpecError
-from boute.quality.profiles import jsonl_records
+from boute.quality.profile_readers import jsonl_records
 from boute.specs.io import write_atomic
 
 __all__ = ["Example", "Tier", "gsm8k_correct", "gsm8k_final_number", "load_dataset", "profile_quality"]

@@ -168,10 +168,11 @@ def make_plan(
     or BouteError; a plan is written only once it is confirmed."""
     from boute.optimize import confirm as confirmation
     from boute.optimize import session
-    from boute.optimize.evaluators.base import router_of
+    from boute.optimize.evaluators.base import router_of, verifier_of
     from boute.optimize.evaluators.pool import default_workers
     from boute.optimize.registry import make_evaluator
     from boute.quality import quality_model_for
+    from boute.quality.judges import verifier_files
     from boute.quality.router import router_files
     from boute.serving.bundle import open_plan, write_plan
     from boute.tracking import open_store
@@ -234,10 +235,21 @@ def make_plan(
         final = res.final
         if final is None:  # the confirming evaluator rejected every plan it checked: write nothing
             raise UnconfirmedError(res.unconfirmed_message())
-        router = router_of(quality_model)
-        plan = session.build_plan(sc, res, req.mode, router)
-        # self-contained: the router, the scenario and its files travel with the plan (a bundle beside it)
-        path = write_plan(plan, req.out, sc, router_files(router) if router else ())
+        # a pre-routed plan routes with the learned router; a cascade is judged by the verifier its
+        # thresholds were cut on
+        router = router_of(quality_model) if req.mode == "preroute" else None
+        verifier = verifier_of(quality_model) if req.mode == "cascade" else None
+        plan = session.build_plan(sc, res, req.mode, router, verifier)
+        if plan.routing.mode == "cascade" and plan.routing.judge is None:
+            raise BouteError("the cascade's verifier was not built: no judge can reproduce its thresholds")
+        # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)
+        path = write_plan(
+            plan,
+            req.out,
+            sc,
+            router_files(router) if router else (),
+            verifier_files=verifier_files(verifier) if verifier else (),
+        )
         assert res.experiment_id is not None  # a search with a store always records its experiment
         store.add_plan(
             res.experiment_id,

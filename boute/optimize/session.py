@@ -197,12 +197,15 @@ def optimize(
     return out
 
 
-def build_plan(scenario: Scenario, out: Outcome, mode: str, router: str | None = None) -> Plan:
-    """The final plan, routed by ``router`` (the search's quality model's, whose scores its thresholds cut)."""
+def build_plan(
+    scenario: Scenario, out: Outcome, mode: str, router: str | None = None, verifier: str | None = None
+) -> Plan:
+    """The final plan, routed by ``router`` or (a cascade) judged by ``verifier``: the search's quality
+    model's files, on whose scores its thresholds were cut."""
     t = out.final
     assert t is not None and t.result is not None
     r = out.confirmed.get(t.index, t.result)
-    plan = candidate_plan(scenario, t.candidate, mode, t.result.thresholds or None, router=router)
+    plan = candidate_plan(scenario, t.candidate, mode, t.result.thresholds or None, router=router, verifier=verifier)
     q = r.extra.quality or {}  # an exact quality model's held-out mean and bound (a live result has none)
     pred = Prediction(
         quality=q.get("mean", r.quality),

@@ -8,12 +8,14 @@ CPU cores for GSM8K), later calls take well under a second.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from boute.errors import SpecError
+from boute.quality.judges import DEFAULT_VERIFIER_EMBEDDER
 from boute.quality.policy import QualityModel, mix_weights
 from boute.quality.profiles import QualityProfile, load_profile
 
@@ -62,8 +64,7 @@ def build_quality_model(
     minilm: list[np.ndarray] = []
 
     def emb() -> np.ndarray:
-        """MiniLM embeddings of the prompts (disk-cached): for a MiniLM router and the cascade's verifier
-        only; a static router embeds with its own table in milliseconds."""
+        """MiniLM embeddings of the prompts (disk-cached): for a MiniLM router or verifier only; a static router embeds with its own table in milliseconds."""
         if not minilm:
             minilm.append(Embedder(cache_dir).embed(profile.prompts))
         return minilm[0]
@@ -85,8 +86,10 @@ def build_quality_model(
         router, train, test, router_file = _trained_router(profile, models, cache_dir, seed, test_fraction)
     cols = [profile.models.index(m) for m in models]
 
+    verifier_file = verifier_path(profile, models, train, cache_dir, seed)
+
     def cascade_scores() -> np.ndarray:
-        return verifier_scores(profile, models, emb(), train, cache_dir=cache_dir, seed=seed)
+        return verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=verifier_file, minilm=emb)
 
     info = {
         "profile": profile.source,
@@ -99,6 +102,9 @@ def build_quality_model(
         "router_path": str(Path(router_file).resolve()),
         "profile_hash": profile.content_hash,
         "router_test_auc": router.metadata.get("test_auc"),
+        # what serving loads to judge a cascade as the optimiser did (written when cascade scores are first
+        # computed, which every cascade evaluation does before a plan can be written)
+        "verifier_path": str(verifier_file) if len(models) > 1 else None,
     }
     return QualityModel(
         tiers=tuple(tier_names or models),
@@ -150,34 +156,80 @@ def _trained_router(
     return router, train, test, path
 
 
+def verifier_path(
+    profile: QualityProfile,
+    models: list[str],
+    train: np.ndarray,
+    cache_dir: Path | None,
+    seed: int,
+    embedder: str = DEFAULT_VERIFIER_EMBEDDER,
+) -> Path:
+    """Where the cascade verifier for ``profile``'s ``models`` trained on rows ``train`` is kept.
+
+    Training is a pure function of the profile's content, the judged tiers, the split, the seed and the
+    embedder, so the file is named by a hash of them (beside the routers): a plan bundles the very file whose
+    scores its thresholds were cut on, and a second build reuses it.
+    """
+    import hashlib
+    import json
+
+    from boute.quality.embed import default_cache_dir
+    from boute.quality.judges import VERIFIER_FORMAT
+
+    rows = hashlib.sha256(np.asarray(train, dtype=np.int64).tobytes()).hexdigest()
+    key = json.dumps([VERIFIER_FORMAT, embedder, profile.content_hash, list(models[:-1]), rows, seed])
+    return Path(cache_dir or default_cache_dir()) / "verifiers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+
+
 def verifier_scores(
     profile: QualityProfile,
     models: list[str],
-    prompt_emb: np.ndarray,
     train: np.ndarray,
     *,
     cache_dir: Path | None = None,
     seed: int = 0,
+    path: Path | None = None,
+    embedder: str = DEFAULT_VERIFIER_EMBEDDER,
+    minilm: Callable[[], np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Offline verifier's confidence in each non-final tier's recorded answer, for every profile query."""
+    """Offline verifier's confidence in each non-final tier's recorded answer, for every profile query.
+
+    ``path``: where the verifier is kept (:func:`verifier_path`): loaded from there when a readable one is,
+    else trained (on ``embedder``'s embeddings; ``minilm`` gives the prompts' cached MiniLM ones) and saved
+    there. Scores come from the verifier's own :meth:`~boute.quality.judges.OfflineVerifier.score`, the
+    function the gateway's judge calls."""
     from boute.errors import BouteError
     from boute.quality.embed import Embedder
-    from boute.quality.judges import RESPONSE_EMBED, train_verifier
+    from boute.quality.judges import RESPONSE_EMBED, load_verifier, response_tail, train_verifier
+    from boute.quality.static_embed import load_static
 
     judged = models[:-1]
     missing = [m for m in judged if m not in profile.responses]
     if missing:
         raise BouteError(f"{profile.source}: no recorded responses for '{missing[0]}': the cascade verifier needs them")
-    # Trained on the judged tiers' own answers only: that is the distribution it scores, and embedding the
-    # largest tier's answers too would double the (slow, CPU) embedding work for little gain.
-    remb = Embedder(cache_dir, **RESPONSE_EMBED)
-    r_embs = {m: remb.embed(profile.responses[m]) for m in judged}
-    labels = {m: profile.column(m) for m in judged}
     responses = {m: profile.responses[m] for m in judged}
-    verifier = train_verifier(profile.prompts, prompt_emb, responses, r_embs, labels, train, seed=seed)
-    return np.stack(
-        [verifier.score_embeddings(prompt_emb, r_embs[m], profile.prompts, responses[m]) for m in judged], axis=1
-    )
+    verifier = None
+    if path is not None and path.is_file():
+        try:
+            verifier = load_verifier(path, cache_dir)
+        except (SpecError, KeyError, ValueError, OSError):
+            verifier = None  # a damaged entry is retrained
+    if verifier is None:
+        # Trained on the judged tiers' own answers only: that is the distribution it scores (and embedding
+        # the largest tier's answers too would double the embedding work for little gain).
+        static = load_static(cache_dir=cache_dir) if embedder == "static" else None
+        if static is not None:
+            pe = static.embed(profile.prompts)
+            r_embs = {m: static.embed([response_tail(r) for r in responses[m]]) for m in judged}
+        else:
+            pe = minilm() if minilm is not None else Embedder(cache_dir).embed(profile.prompts)
+            remb = Embedder(cache_dir, **RESPONSE_EMBED)
+            r_embs = {m: remb.embed(responses[m]) for m in judged}
+        labels = {m: profile.column(m) for m in judged}
+        verifier = train_verifier(profile.prompts, pe, responses, r_embs, labels, train, seed=seed, static=static)
+        if path is not None:
+            verifier.save(path)
+    return np.stack([verifier.score(profile.prompts, responses[m]) for m in judged], axis=1)
 
 
 def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> QualityModel:

@@ -1,7 +1,7 @@
 """The plan bundle: a plan file plus every file serving needs to reproduce it, checked by content hash.
 
 ``write_plan(plan, out, scenario, router_files)`` writes ``<out>`` (JSON/YAML) and, beside it, the folder
-``<out stem>.bundle/`` holding the router's files and the scenario's own files (a user profile, trace or
+``<out stem>.bundle/`` holding the router's (or a cascade's verifier's) files and the scenario's own files (a user profile, trace or
 calibration), each in a sub-folder named by the hash of its content, so a re-written plan never clobbers
 a file an older plan still names. The plan carries the scenario inline (``scenario_spec``) with those
 references rewritten to bundle paths, which resolve against the plan's folder: copy the plan and its
@@ -68,9 +68,17 @@ def _local(ref: str | None) -> bool:
     return bool(ref) and not str(ref).startswith("builtin:")
 
 
-def write_plan(plan: Plan, out: str | Path, scenario: Scenario, router_files: Sequence[Path] = ()) -> Path:
+def write_plan(
+    plan: Plan,
+    out: str | Path,
+    scenario: Scenario,
+    router_files: Sequence[Path] = (),
+    *,
+    verifier_files: Sequence[Path] = (),
+) -> Path:
     """Write ``plan`` self-contained (see module doc); ``router_files`` are the learned router's files, the
-    weights file first (what ``routing.router`` names)."""
+    weights file first (what ``routing.router`` names); ``verifier_files`` the cascade verifier's, likewise
+    (what ``routing.verifier`` names)."""
     path = Path(out)
     pack = _Packer(path)
     spec: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
@@ -84,6 +92,8 @@ def write_plan(plan: Plan, out: str | Path, scenario: Scenario, router_files: Se
         quality["router"] = routing["router"] = bundled[0]
     elif _local(scenario.quality.router):
         quality.pop("router")  # the plan names the router it was routed with, not the scenario's input
+    if verifier_files:
+        (routing["verifier"], *_) = pack.add("verifier", [Path(f) for f in verifier_files])
     if routing.get("scorer") is not None:
         routing["reference"] = quality.get("profile", scenario.quality.profile)
     arrivals = dict(workload.get("arrivals", {}))
@@ -118,7 +128,12 @@ def check_artifacts(plan: Plan, root: Path, file: str | Path | None) -> None:
         if sha256_file(p) != a.sha256:
             raise SpecError(file, f"artifacts[{i}].sha256", f"'{a.path}' does not match the hash the plan recorded")
     named = {a.path for a in plan.artifacts}
-    for field, ref in (("routing.router", plan.routing.router), ("routing.reference", plan.routing.reference)):
+    refs = (
+        ("routing.router", plan.routing.router),
+        ("routing.reference", plan.routing.reference),
+        ("routing.verifier", plan.routing.verifier),
+    )
+    for field, ref in refs:
         if _local(ref) and ref not in named:
             raise SpecError(file, field, f"'{ref}' is not one of the plan's artifacts: its content is unchecked")
 

@@ -149,6 +149,26 @@ class Verdict:
         }
 
 
+def _cascade_checks(tiers: list[str], promised: list[float], shares: dict[str, float], tol: Tolerances) -> list[Check]:
+    """A cascade's escalation rate and each hop's acceptance, promised vs measured.
+
+    With ``s_k`` the share answered at tier k, the queries reaching hop k are ``v_k = s_k + ... + s_N``
+    (:func:`boute.quality.policy.cascade_visits`): the escalation rate is ``1 - s_0`` and hop k accepts
+    ``s_k / v_k`` of what reaches it. Both follow from the shares, but a judge that accepts too much shows
+    up here as itself, hop by hop."""
+    from boute.quality.policy import cascade_visits
+
+    got = [float(shares.get(t, 0.0)) for t in tiers]
+    within = f"+-{tol.share:g}"
+    out = [Check("escalated", 1.0 - promised[0], 1.0 - got[0], within, abs(got[0] - promised[0]) <= tol.share + 1e-12)]
+    pv, gv = cascade_visits(promised), cascade_visits(got)
+    for k, tier in enumerate(tiers[:-1]):
+        p = float(promised[k] / pv[k]) if pv[k] > 1e-12 else 1.0
+        g = float(got[k] / gv[k]) if gv[k] > 1e-12 else 1.0
+        out.append(Check(f"accepted at {tier}", p, g, within, abs(g - p) <= tol.share + 1e-12))
+    return out
+
+
 def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances()) -> Verdict:
     """Each promise against its measurement; a promise the plan does not make is reported, not checked."""
     checks: list[Check] = []
@@ -158,10 +178,13 @@ def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances()) -> Verdict:
     # the share promised for the prompts replayed (held-out): the plan's prediction; its routing fractions
     # hold on the whole reference, from which a small held-out set can differ (MT-Bench: 48 prompts)
     promised = pred.tier_shares if pred is not None and pred.tier_shares is not None else r.fractions
-    if r.mode == "preroute" and promised is not None:
+    if promised is not None:
+        # pre-route: the share each tier is sent; cascade: the share whose answer each tier's hop accepts
         for tier, f in zip(r.tiers, promised, strict=True):
             got = m.shares.get(tier, 0.0)
             checks.append(Check(f"share {tier}", f, got, f"+-{tol.share:g}", abs(got - f) <= tol.share + 1e-12))
+        if r.mode == "cascade":
+            checks += _cascade_checks(r.tiers, list(promised), m.shares, tol)
         if promised is not r.fractions and r.fractions is not None:
             fr = ", ".join(f"{t} {f:.3f}" for t, f in zip(r.tiers, r.fractions, strict=True))
             notes.append(f"routing fractions on the whole reference: {fr}")

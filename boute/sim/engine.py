@@ -27,8 +27,10 @@ from boute.specs.plan import Plan, ReplicaGroup, check_plan_hardware
 from boute.specs.scenario import Scenario
 from boute.workload import Workload
 
-#: seconds a cascade spends judging a response before escalating (an offline verifier's forward pass)
-JUDGE_DELAY_S = 0.05
+#: seconds one judge call adds to a cascade hop, accepted or escalated: the plan's static verifier takes
+#: p50 0.3 ms, p99 0.9-1.5 ms of one core (bench/results/judge.json); 2 ms allows for the gateway's
+#: thread hop. An LLM judge is a generation of its own: pass its time as ``judge_delay_s``.
+JUDGE_DELAY_S = 0.002
 
 
 def plan_cost(deployment: Sequence[ReplicaGroup], scenario: Scenario) -> float:
@@ -80,7 +82,8 @@ def simulate(
     """Simulate ``workload`` on ``plan`` until every request finishes (or ``max_sim_time_s``).
 
     ``route[i]`` is request i's tier (preroute) or the last tier it reaches (cascade: it is served by
-    tiers 0..route[i] in turn, each a full generation plus ``judge_delay_s`` per escalation).
+    tiers 0..route[i] in turn, each a full generation, and every tier but the last then waits
+    ``judge_delay_s`` for the judge: before escalating, and before an accepted answer is returned).
     """
     wall0 = time.perf_counter()
     check_plan_hardware(plan, scenario_catalog(scenario), "plan")
@@ -90,6 +93,7 @@ def simulate(
     if route.shape != (n,) or (n and (route.min() < 0 or route.max() >= len(tiers))):
         raise BouteError(f"route must hold {n} tier indices in [0, {len(tiers)})")
     cascade = plan.routing.mode == "cascade"
+    last = len(tiers) - 1
     timings = group_timings(plan.deployment, scenario, chunk_tokens, max_running)
 
     inp = workload.input_tokens.tolist()
@@ -184,6 +188,10 @@ def simulate(
                     if cascade and cur_tier[rid] < final[rid]:
                         seq += 1
                         heapq.heappush(hops, (r.now + judge_delay_s, seq, rid))
+                    elif cascade and final[rid] < last:
+                        # accepted before the last tier: the gateway held the whole answer for the judge,
+                        # then sends it at once, so its first token reaches the client with the last
+                        finish[rid] = first_final[rid] = r.now + judge_delay_s
                     else:
                         finish[rid] = r.now
                         first_final[rid] = ttft[rid]

@@ -394,7 +394,8 @@ def fast_evaluate(
             ends = visits[j] - (visits[j + 1] if j + 1 < len(tiers) else 0.0)
             if ends <= 1e-12:
                 continue
-            a = sum(tier_a[: j + 1]) + j * judge_delay_s
+            # judged at every hop it passes, and at its own unless it is the last tier (engine.simulate)
+            a = sum(tier_a[: j + 1]) + (j + (j < len(tiers) - 1)) * judge_delay_s
             tau = sum(tier_tau[: j + 1])
             w1 = sum(tier_w1[: j + 1])
             w2 = sum(tier_w2[i] - tier_w1[i] ** 2 for i in range(j + 1))

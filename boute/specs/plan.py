@@ -59,9 +59,16 @@ class Routing(_Frozen):
     optimiser's encoding), equivalently ``thresholds`` on that scorer's score, cut on the ``reference``
     prompts (:func:`boute.quality.policy.thresholds_for_fractions`). The scorer is named, never implied:
     ``learned`` is the trained ``router`` (a file of the plan's bundle), ``length`` the prompt-length CDF over
-    the reference. ``cascade``: every query starts at tier 0; a judge's score below ``thresholds[i]``
-    escalates to i+1.
+    the reference. ``cascade``: every query starts at tier 0; the ``judge``'s score of tier i's answer below
+    ``thresholds[i]`` escalates to i+1. The judge is named like the scorer, never implied, because the
+    thresholds only mean something on the score they were cut on: ``verifier`` is the offline verifier the
+    optimiser scored the cascade with (its weights file ``verifier``, in the plan's bundle), ``llm`` an
+    LLM judge at the gateway's ``BOUTE_JUDGE_URL`` rating 1-10, read as ``(rating - 1) / 9``.
     """
+
+    # a threshold beyond every score (a tier that accepts all or nothing) is +-inf: written as Infinity
+    # (JSON) / .inf (YAML), read back as the same float, never as null
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     mode: Literal["preroute", "cascade"] = "preroute"
     tiers: list[str] = Field(min_length=1)
@@ -72,6 +79,8 @@ class Routing(_Frozen):
     reference: str | None = Field(
         None, description="prompts the thresholds were cut on: builtin:NAME or a profile file (relative to the plan)"
     )
+    judge: Literal["verifier", "llm"] | None = Field(None, description="cascade: what scores each hop's answer")
+    verifier: str | None = Field(None, description="cascade verifier's weights file (relative to the plan's folder)")
 
     @model_validator(mode="after")
     def _check(self) -> Routing:
@@ -91,6 +100,15 @@ class Routing(_Frozen):
                 raise ValueError("routing.scorer 'learned' needs routing.router (the trained router file)")
             if self.scorer is not None and self.reference is None:
                 raise ValueError("routing.scorer needs routing.reference (the prompts its thresholds are cut on)")
+        if self.judge is not None:
+            if self.mode != "cascade":
+                raise ValueError("routing.judge applies to cascades only (mode: cascade)")
+            if self.thresholds is None:
+                raise ValueError("a cascade judge needs routing.thresholds, cut on that judge's scores")
+        if self.judge == "verifier" and self.verifier is None:
+            raise ValueError("routing.judge 'verifier' needs routing.verifier (the verifier's weights file)")
+        if self.verifier is not None and self.judge != "verifier":
+            raise ValueError("routing.verifier is only read with routing.judge 'verifier'")
         if self.fractions is not None:
             if len(self.fractions) != n:
                 raise ValueError(f"fractions needs {n} values (one per tier), got {len(self.fractions)}")

@@ -17,6 +17,7 @@ from boute.optimize.evaluators.base import (
     candidate_plan,
     policy_of,
     router_of,
+    verifier_of,
 )
 from boute.optimize.evaluators.fast import FastEvaluator
 from boute.optimize.evaluators.pool import EvaluatorPool, default_workers
@@ -34,4 +35,5 @@ __all__ = [
     "default_workers",
     "policy_of",
     "router_of",
+    "verifier_of",
 ]

@@ -186,17 +186,26 @@ def candidate_plan(
     mode: str = "preroute",
     thresholds: tuple[float, ...] | list[float] | None = None,
     router: str | None = None,
+    verifier: str | None = None,
 ) -> Plan:
-    """The plan for a candidate; ``router``: the learned router file whose scores split the load (the quality
-    model's, ``quality_model.info["router_path"]``). Tiers with zero load and no replicas stay in routing."""
+    """The plan for a candidate. Pre-route: ``router`` is the learned router file whose scores split the load
+    (:func:`router_of`). Cascade: ``verifier`` is the verifier file whose scores ``thresholds`` were cut on
+    (:func:`verifier_of`); the plan names it as its judge (a cascade needs no router). Tiers with zero load
+    and no replicas stay in routing."""
+    cut = None if thresholds is None else [float(v) for v in thresholds]
+    cascade = mode == "cascade"
+    judged = cascade and verifier is not None and cut is not None
+    routed = not cascade and router is not None
     routing = Routing(
         mode=mode,
         tiers=[t.name for t in scenario.tiers],
         fractions=list(cand.fractions),
-        thresholds=None if thresholds is None else [float(v) for v in thresholds],
-        scorer="learned" if router else None,
-        router=router,
-        reference=scenario.quality.profile if router else None,
+        thresholds=cut,
+        scorer="learned" if routed else None,
+        router=router if routed else None,
+        reference=scenario.quality.profile if routed else None,
+        judge="verifier" if judged else None,
+        verifier=verifier if judged else None,
     )
     return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
 
@@ -204,6 +213,11 @@ def candidate_plan(
 def router_of(model: QualityModel | None) -> str | None:
     """The learned router file a quality model routes with (None for a model without one)."""
     return None if model is None else model.info.get("router_path")
+
+
+def verifier_of(model: QualityModel | None) -> str | None:
+    """The verifier file a quality model scores cascades with (None for a model without one)."""
+    return None if model is None else model.info.get("verifier_path")
 
 
 def policy_of(model: QualityModel, mode: str, fractions: tuple[float, ...]) -> PolicyResult:
