@@ -247,7 +247,11 @@ def write_report(ctx: Context, out: dict[str, Any]) -> None:
                 [
                     ["throughput gain, mean", _pct(sm["throughput_gain_mean"]), "+59%"],
                     ["throughput gain, max", _pct(sm["throughput_gain_max"]), "+157%"],
-                    ["cost saving, mean (budget bisection of a P95 search; the cost experiment measures cost)", _pct(sm["cost_saving_mean"]), "+38%"],
+                    [
+                        "cost saving, mean (budget bisection of a P95 search; the cost experiment measures cost)",
+                        _pct(sm["cost_saving_mean"]),
+                        "+38%",
+                    ],
                 ],
             )
             + "\n"

@@ -64,7 +64,8 @@ def build_quality_model(
     minilm: list[np.ndarray] = []
 
     def emb() -> np.ndarray:
-        """MiniLM embeddings of the prompts (disk-cached): for a MiniLM router or verifier only; a static router embeds with its own table in milliseconds."""
+        """MiniLM embeddings of the prompts (disk-cached): for a MiniLM router or verifier only; a static
+        router or verifier embeds with its own table in milliseconds."""
         if not minilm:
             minilm.append(Embedder(cache_dir).embed(profile.prompts))
         return minilm[0]
