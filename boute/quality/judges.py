@@ -30,7 +30,7 @@ import numpy as np
 from boute.errors import SpecError
 from boute.quality.embed import EmbedOptions
 from boute.quality.head import LinearHead, fit_head, shape_features
-from boute.quality.static_embed import StaticEmbedder
+from boute.quality.static_embed import StaticEmbedder, static_from_metadata
 
 VERIFIER_FORMAT = "boute-verifier/1"
 #: how responses are embedded for the verifier: their end, where the final answer is
@@ -233,8 +233,8 @@ class VerifierJudge:
     Scoring never runs on the event loop: one worker thread scores, and the answers that arrive while it is
     busy wait for its next call and are scored together in one batch (the cost per answer falls with the
     batch, so under load the judge keeps up instead of queueing one answer behind another). A static
-    verifier takes ~0.3 ms of CPU an answer, a MiniLM one tens of ms, which is what the thread is for. Scores are those of :meth:`OfflineVerifier.score` for the same
-    texts. An answer the verifier cannot score (any error) gets 0.0, which escalates: a broken judge costs
+    verifier takes ~0.3 ms of CPU an answer, a MiniLM one tens of ms, which is what the thread is for.
+    Scores are those of :meth:`OfflineVerifier.score` for the same texts. An answer the verifier cannot score (any error) gets 0.0, which escalates: a broken judge costs
     money, never quality, as with :class:`LLMJudge`; ``failures`` counts them and ``last_error`` says why.
     """
 
@@ -254,9 +254,8 @@ class VerifierJudge:
         """Scores of a batch (on the worker thread). A batch that fails is scored one by one, so one bad answer
         fails alone; a failed or non-finite score is 0.0 and counted."""
         try:
-            vals = [
-                float(v) for v in self.verifier.score(prompts, responses, cache=False)
-            ]  # no disk writes when serving
+            # cache=False: serving writes no embedding files
+            vals = [float(v) for v in self.verifier.score(prompts, responses, cache=False)]
         except Exception as exc:
             if len(prompts) == 1:
                 return [self._failed(exc)]
@@ -367,9 +366,7 @@ def load_verifier(path: str | Path, cache_dir: Path | None = None) -> OfflineVer
         raise SpecError(meta_path(p), "embedder.kind", f"must be one of {', '.join(VERIFIER_EMBEDDERS)}, got {kind!r}")
     static = None
     if kind == "static":
-        files = verify_files(p, meta, ("weights", "table", "tokenizer"))
-        info = {k: v for k, v in emb.items() if k not in ("kind", "max_tokens", "dim", "response_tail_chars")}
-        static = StaticEmbedder.load(files["table"], files["tokenizer"], max_tokens=int(emb["max_tokens"]), info=info)
+        static = static_from_metadata(verify_files(p, meta, ("weights", "table", "tokenizer")), emb)
     head, extra = read_weights(p)
     if "feat_mean" not in extra or "feat_std" not in extra:
         raise SpecError(p, "feat_mean", "missing from the weights file")

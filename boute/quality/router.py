@@ -55,7 +55,7 @@ from boute.quality.head import (
     verify_files,
 )
 from boute.quality.profiles import QualityProfile
-from boute.quality.static_embed import StaticEmbedder
+from boute.quality.static_embed import StaticEmbedder, static_from_metadata
 from boute.specs.io import sha256_file, write_atomic
 
 ROUTER_FORMAT = "boute-router/2"
@@ -247,9 +247,7 @@ def load_router(path: str | Path, cache_dir: Path | None = None) -> Router:
         raise SpecError(p, "feat_mean", "missing from the weights file")
     static = None
     if kind == "static":
-        max_tokens = int(meta.get("embedder", {}).get("max_tokens", 512))
-        info = {k: v for k, v in meta["embedder"].items() if k not in ("kind", "max_tokens", "dim")}
-        static = StaticEmbedder.load(files["table"], files["tokenizer"], max_tokens=max_tokens, info=info)
+        static = static_from_metadata(files, meta["embedder"])
     n_features = (static.dim if static is not None else 384) + N_SHAPE
     if head.coef.shape[1] != n_features:
         raise SpecError(p, "coef", f"expects {head.coef.shape[1]} features, this {kind} router computes {n_features}")

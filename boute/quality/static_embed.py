@@ -195,6 +195,18 @@ def static_dir(settings: StaticSettings, cache_dir: Path | str | None = None) ->
     return Path(cache_dir or default_cache_dir()) / "static" / settings.key()
 
 
+#: keys of a saved model's ``embedder`` metadata that describe its layout, not the table's provenance
+_LAYOUT_KEYS = ("kind", "max_tokens", "dim", "response_tail_chars")
+
+
+def static_from_metadata(files: dict[str, Path], embedder: dict[str, Any]) -> StaticEmbedder:
+    """The static embedder a saved router or verifier names: its ``table`` and ``tokenizer`` files (hashes
+    checked by the caller), the ``max_tokens`` it embedded with, the rest of its metadata as provenance."""
+    info = {k: v for k, v in embedder.items() if k not in _LAYOUT_KEYS}
+    max_tokens = int(embedder.get("max_tokens", 512))
+    return StaticEmbedder.load(files["table"], files["tokenizer"], max_tokens=max_tokens, info=info)
+
+
 def load_static(settings: StaticSettings | None = None, cache_dir: Path | str | None = None) -> StaticEmbedder:
     """The distilled embedder for ``settings``: from the cache, distilling it first if it is not there."""
     settings = settings or StaticSettings()

@@ -1,11 +1,11 @@
 """The plan bundle: a plan file plus every file serving needs to reproduce it, checked by content hash.
 
 ``write_plan(plan, out, scenario, router_files)`` writes ``<out>`` (JSON/YAML) and, beside it, the folder
-``<out stem>.bundle/`` holding the router's (or a cascade's verifier's) files and the scenario's own files (a user profile, trace or
-calibration), each in a sub-folder named by the hash of its content, so a re-written plan never clobbers
-a file an older plan still names. The plan carries the scenario inline (``scenario_spec``) with those
-references rewritten to bundle paths, which resolve against the plan's folder: copy the plan and its
-bundle anywhere and it opens, serves and verifies the same. Files are written first, the plan last
+``<out stem>.bundle/`` holding the router's (or a cascade's verifier's) files and the scenario's own files (a
+user profile, trace or calibration), each in a sub-folder named by the hash of its content, so a re-written
+plan never clobbers a file an older plan still names. The plan carries the scenario inline
+(``scenario_spec``) with those references rewritten to bundle paths, which resolve against the plan's
+folder: copy the plan and its bundle anywhere and it opens, serves and verifies the same. Files are written first, the plan last
 (atomically): a reader never sees a plan whose files are missing. The plan also carries the capacity each
 replica group is balanced by under the scenario's workload (``balance``, :mod:`boute.sim.weights`).
 
