@@ -110,7 +110,9 @@ def test_routing_fractions_and_cost(sc) -> None:  # type: ignore[no-untyped-def]
     assert s["p50_latency_s"] <= s["p95_latency_s"] <= s["p99_latency_s"]
     # per-request sanity: first token before the end, decode time = tpot * (out - 1)
     assert np.all(r.ttft_s > 0) and np.all(r.ttft_s <= r.e2e_s)
-    np.testing.assert_allclose(r.ttft_s + r.tpot_s * np.maximum(w.output_tokens - 1, 1), r.e2e_s, rtol=1e-9, atol=1e-9)
+    out = w.output_at(r.tier)  # the answering tier's own answer length (GSM8K records both tiers')
+    assert w.tier_output_tokens is not None and not np.array_equal(out, w.output_tokens)
+    np.testing.assert_allclose(r.ttft_s + r.tpot_s * np.maximum(out - 1, 1), r.e2e_s, rtol=1e-9, atol=1e-9)
 
 
 def test_cascade_serves_every_hop(sc) -> None:  # type: ignore[no-untyped-def]
@@ -123,6 +125,36 @@ def test_cascade_serves_every_hop(sc) -> None:  # type: ignore[no-untyped-def]
     assert np.all(cas.e2e_s > pre.e2e_s.min())
     assert cas.summary()["mean_latency_s"] > pre.summary()["mean_latency_s"] + 0.2
     assert cas.replica_served[0] == len(w) and cas.replica_served[1] == len(w)
+
+
+def test_each_cascade_hop_generates_its_own_tiers_answer(sc) -> None:  # type: ignore[no-untyped-def]
+    """A cascade hop generates the answer of the tier it is at: a small tier that answers in 8 tokens and a
+    large one in 400 make the escalated request's small-tier hop short and its final answer long; giving
+    every tier 400 tokens lengthens only the small-tier hop (the large tier's generation is unchanged)."""
+    groups = [SMALL_4090, {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4}]
+    plan = _plan(groups, ("small", "large"), (0.0, 1.0), mode="cascade")
+    n = 6
+
+    def stream(small: int) -> Workload:
+        return Workload(
+            arrival_s=np.arange(n, dtype=float) * 30.0,  # one at a time: no queueing
+            input_tokens=np.full(n, 100, dtype=np.int64),
+            output_tokens=np.full(n, 400, dtype=np.int64),
+            prompt_index=np.full(n, -1, dtype=np.int64),
+            rate_rps=n / 180.0,
+            duration_s=180.0,
+            tier_output_tokens=np.tile(np.asarray([small, 400], dtype=np.int64), (n, 1)),
+        )
+
+    route = np.ones(n, dtype=np.int64)
+    short, long_ = (simulate(plan, sc, stream(k), route=route, judge_delay_s=0.0) for k in (8, 400))
+    # the small replica's busy time is its own generations: 8 tokens each vs 400
+    assert short.replica_busy_s[0] < 0.1 * long_.replica_busy_s[0]
+    np.testing.assert_allclose(short.replica_busy_s[1], long_.replica_busy_s[1], rtol=1e-9)
+    # the client's answer is the large tier's either way: same decode time per token, shorter wait before it
+    np.testing.assert_allclose(short.tpot_s, long_.tpot_s, rtol=1e-9)
+    assert np.all(short.e2e_s < long_.e2e_s)
+    np.testing.assert_allclose(long_.e2e_s - short.e2e_s, long_.ttft_s - short.ttft_s, rtol=1e-9)
 
 
 def test_an_answer_accepted_early_reaches_the_client_whole_after_the_judge(sc) -> None:  # type: ignore[no-untyped-def]

@@ -145,3 +145,40 @@ def test_token_counts_and_disk_cache(tmp_path, monkeypatch) -> None:  # type: ig
     assert first["a"].tolist() == [3]
     assert len(list((tmp_path / "tokens").glob("*.npz"))) == 1
     assert cached_counts(["unit-test"], {"a": ["one two three"]})["a"].tolist() == [3]
+
+
+def test_each_tier_answers_at_its_own_models_recorded_length() -> None:
+    """MT-Bench records both tier models' answers (Mixtral 285 tokens on average, GPT-4 382): a request's
+    length at tier k is its prompt's recorded answer by tier k's model, the mean of both is the single
+    ``output_tokens``, and a scale applies to every tier alike."""
+    sc = load_scenario("experiments/scenarios/mtbench-f81.yaml")
+    models = tuple(t.quality_model for t in sc.tiers)
+    per_model = [profile_lengths("builtin:mt-bench", "auto", (m,)).output_tokens for m in models]
+    w = build_workload(sc, rate_rps=20, duration_s=60)
+    assert w.tier_output_tokens is not None and w.tier_output_tokens.shape == (len(w), 2)
+    for k in range(2):
+        np.testing.assert_array_equal(w.output_at(k), per_model[k][w.prompt_index])
+    assert w.output_at(0).mean() < 0.85 * w.output_at(1).mean()
+    np.testing.assert_array_equal(w.output_at(np.ones(len(w), dtype=np.int64)), w.output_at(1))
+    np.testing.assert_array_equal(w.output_tokens, np.rint((per_model[0] + per_model[1]) / 2)[w.prompt_index])
+    half = build_workload(_with(sc, lengths={"output_scale": 0.5}), rate_rps=20, duration_s=60)
+    assert half.tier_output_tokens is not None
+    np.testing.assert_array_equal(half.tier_output_tokens, np.maximum(np.rint(w.tier_output_tokens * 0.5), 1))
+    # a length model that records no tier's answers leaves one length for every tier
+    syn = build_workload(_with(sc, lengths={"source": "fixed"}), rate_rps=20, duration_s=10)
+    assert syn.tier_output_tokens is None and syn.output_at(1) is syn.output_tokens
+
+
+def test_the_replayed_stream_carries_held_out_prompts_only(sc) -> None:  # type: ignore[no-untyped-def]
+    """``replay_workload``: the scenario's arrivals with prompts drawn from the given (held-out) rows only;
+    the rows of a mix keep their mix weights among themselves."""
+    from boute.workload import replay_workload
+
+    rows = np.arange(0, 1319, 7)
+    w = replay_workload(sc, rows, rate_rps=50, duration_s=60)
+    whole = build_workload(sc, rate_rps=50, duration_s=60)
+    np.testing.assert_array_equal(w.arrival_s, whole.arrival_s)
+    assert set(w.prompt_index.tolist()) <= set(rows.tolist()) and len(set(w.prompt_index.tolist())) > 100
+    assert not set(whole.prompt_index.tolist()) <= set(rows.tolist())
+    with pytest.raises(ValueError, match="profile rows"):
+        replay_workload(sc, np.asarray([5000]), rate_rps=5, duration_s=10)

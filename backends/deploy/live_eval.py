@@ -68,10 +68,13 @@ class LiveEvaluator:
         from boute.quality import quality_model_for
         from boute.quality.profiles import load_profile
         from boute.quality.router import router_files
-        from boute.workload import Workload, build_workload
+        from boute.workload import Workload, replay_workload
 
         self.scenario, self.mode, self.speedup, self.redis_url = scenario, mode, speedup, redis_url
-        w = build_workload(scenario, duration_s=duration_s, seed=seed)
+        # candidates are routed by the scenario's learned router (a cascade: judged by its verifier, with the
+        # thresholds the quality model cuts on that verifier's scores), shipped to the gateway in a plan bundle
+        self._quality = quality_model_for(scenario)
+        w = replay_workload(scenario, self._quality.test_index, duration_s=duration_s, seed=seed)
         k = min(max_requests, len(w.arrival_s))
         self.workload = Workload(
             w.arrival_s[:k],
@@ -80,11 +83,9 @@ class LiveEvaluator:
             w.prompt_index[:k],
             w.rate_rps,
             float(w.arrival_s[k - 1]) if k else 0.0,
+            None if w.tier_output_tokens is None else w.tier_output_tokens[:k],
         )
         self.profile = load_profile(scenario.quality.profile, scenario.quality.format)
-        # candidates are routed by the scenario's learned router (a cascade: judged by its verifier, with the
-        # thresholds the quality model cuts on that verifier's scores), shipped to the gateway in a plan bundle
-        self._quality = quality_model_for(scenario)
         self._router = router_of(self._quality) if mode == "preroute" else None
         self._router_files = router_files(self._router) if self._router else []
         self.columns = {t.name: self.profile.models.index(t.quality_model or t.name) for t in scenario.tiers}

@@ -88,19 +88,23 @@ class Screen:
     rate_rps: float = 0.0
     mean_input: float = 1.0
     mean_output: float = 1.0
+    #: each tier's own mean answer length (``Workload.output_at``); empty: every tier answers ``mean_output``
+    tier_mean_output: tuple[float, ...] = ()
     capacity: bool = True
     search: ScreenCounts = field(default_factory=ScreenCounts)  # the strategy's proposals
     pool: ScreenCounts = field(default_factory=ScreenCounts)  # acquisition candidates (MOBO's pool)
-    _bounds: dict[tuple[str, str, int, int, str], float] = field(default_factory=dict, repr=False)
+    _bounds: dict[tuple[str, str, str, int, int, str], float] = field(default_factory=dict, repr=False)
     _q: dict[tuple[float, ...], PolicyResult] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, space: Space, quality_model: QualityModel | None, mode: str = "preroute") -> Screen:
         """A screen for ``space`` with the scenario's workload moments (rate, mean lengths)."""
-        from boute.workload import build_workload, workload_stats
+        from boute.workload import build_workload, tier_workload_stats, workload_stats
 
-        st = workload_stats(build_workload(space.scenario))
-        return cls(space, quality_model, mode, st.rate_rps, st.mean_input, st.mean_output)
+        w = build_workload(space.scenario)
+        st = workload_stats(w)
+        per_tier = tuple(t.mean_output for t in tier_workload_stats(w, None, len(space.scenario.tiers)))
+        return cls(space, quality_model, mode, st.rate_rps, st.mean_input, st.mean_output, per_tier)
 
     # ---- quality ----------------------------------------------------------------------------------
     @property
@@ -151,14 +155,17 @@ class Screen:
 
     # ---- capacity ---------------------------------------------------------------------------------
     def group_bound_rps(self, g: ReplicaGroup) -> float:
-        """:func:`replica_bound_rps` of one replica of ``g`` (cached per model, GPU, TP, PP, dtype)."""
-        key = (g.model, g.gpu, g.tp, g.pp, g.dtype)
+        """:func:`replica_bound_rps` of one replica of ``g`` at its tier's answer length (cached per tier,
+        model, GPU, TP, PP, dtype)."""
+        key = (g.tier, g.model, g.gpu, g.tp, g.pp, g.dtype)
         if key not in self._bounds:
             from boute.perf import replica_perf, scenario_catalog
 
             cat = scenario_catalog(self.space.scenario)
             perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), g.tp, g.pp, g.dtype)
-            self._bounds[key] = replica_bound_rps(perf, self.mean_input, self.mean_output)
+            names = [t.name for t in self.space.scenario.tiers]
+            out = self.tier_mean_output[names.index(g.tier)] if self.tier_mean_output else self.mean_output
+            self._bounds[key] = replica_bound_rps(perf, self.mean_input, out)
         return self._bounds[key]
 
     def visits(self, fractions: tuple[float, ...]) -> np.ndarray:

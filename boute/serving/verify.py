@@ -49,16 +49,19 @@ def build_requests(
     rate_rps: float | None = None,
     seed: int = 0,
 ) -> Requests:
-    """The scenario's arrivals, each carrying a held-out profile prompt (seeded, with replacement).
+    """The stream the simulator judged the plan on (:func:`boute.workload.replay_workload`: the scenario's
+    arrivals, each carrying a held-out profile prompt, drawn with replacement in the scenario's mix).
 
     Where the profile records the tiers' answers (GSM8K's CSV, MT-Bench's judgements), an emulated replica
     answers with them and the request asks for no length; where it does not, the request asks for the answer
     length the workload model gives that prompt, as the simulator assumed."""
-    from boute.workload import build_workload
+    from boute.workload import replay_workload
     from boute.workload.profiles import profile_lengths
 
-    w = build_workload(scenario, duration_s=duration_s, rate_rps=rate_rps, seed=seed)
-    rows = np.random.default_rng(seed).choice(np.asarray(held_out, dtype=np.int64), size=len(w.arrival_s))
+    w = replay_workload(
+        scenario, np.asarray(held_out, dtype=np.int64), duration_s=duration_s, rate_rps=rate_rps, seed=seed
+    )
+    rows = w.prompt_index
     models = tuple(t.quality_model or t.name for t in scenario.tiers)
     answered = all(m in profile.responses for m in models)
     out_len = None

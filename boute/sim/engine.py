@@ -83,7 +83,8 @@ def simulate(
 
     ``route[i]`` is request i's tier (preroute) or the last tier it reaches (cascade: it is served by
     tiers 0..route[i] in turn, each a full generation, and every tier but the last then waits
-    ``judge_delay_s`` for the judge: before escalating, and before an accepted answer is returned).
+    ``judge_delay_s`` for the judge: before escalating, and before an accepted answer is returned). Each
+    tier generates its own answer length where the workload has them (``Workload.tier_output_tokens``).
     """
     wall0 = time.perf_counter()
     check_plan_hardware(plan, scenario_catalog(scenario), "plan")
@@ -97,6 +98,9 @@ def simulate(
     timings = group_timings(plan.deployment, scenario, chunk_tokens, max_running)
 
     inp = workload.input_tokens.tolist()
+    # the answer length of the tier a request is at: set again at each hop (place), since a cascade's
+    # tiers each generate their own answer (Workload.output_at)
+    per_tier = workload.tier_output_tokens.tolist() if workload.tier_output_tokens is not None else None
     out = workload.output_tokens.tolist()
     weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
     replicas: list[Replica] = []
@@ -139,6 +143,8 @@ def simulate(
 
     def place(rid: int, t: float) -> None:
         pool = by_tier[cur_tier[rid]]
+        if per_tier is not None:
+            out[rid] = per_tier[rid][cur_tier[rid]]
         best = pool[0]
         if len(pool) > 1:
             best_v = (best.outstanding + 1) / best.weight
@@ -218,8 +224,9 @@ def simulate(
     e2e = fin - arr
     ttft_s = first - arr
     # the final tier's generation: first token at `first`, then (out - 1) more tokens until `fin`
-    denom = np.maximum(workload.output_tokens - 1, 1)
-    tpot = np.where(workload.output_tokens > 1, (fin - first) / denom, 0.0)
+    final_out = workload.output_at(route)
+    denom = np.maximum(final_out - 1, 1)
+    tpot = np.where(final_out > 1, (fin - first) / denom, 0.0)
     rep_tier = np.asarray([r.tier for r in replicas], dtype=np.int64)
     return SimResult(
         arrival_s=arr,

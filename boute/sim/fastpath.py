@@ -301,8 +301,8 @@ def fast_evaluate(
     difficulty and so by length (:func:`boute.workload.tier_workload_stats`); their rate and arrival
     coefficient of variation are not read (``stats`` gives the stream's). Default: every tier sees
     ``stats``' lengths. With a learned router the largest tier's prompts ran ~45% longer than the
-    average on GSM8K lengths, so the default understates its load. In cascade mode the path latency uses
-    ``stats``' answer lengths and each tier's load curves its own.
+    average on GSM8K lengths, so the default understates its load. In cascade mode every hop of a path
+    generates its own tier's answer lengths, as each tier's load curves do.
     """
     rate = stats.rate_rps
     tiers = list(tiers)
@@ -332,7 +332,6 @@ def fast_evaluate(
         conf = assess(worst, 0.0, stats.arrival_cv, False)
         return FastResult(inf, inf, inf, rate / worst, capacity, tuple(util), False, cost, conf)
 
-    var_o = max(stats.output_sq_mean - stats.mean_output**2, 1e-6)
     ca2 = stats.arrival_cv**2
     # per tier: answer-length variance and its squared cv, the prompts' squared cv (prefill time ~ length)
     var_k = [max(t.output_sq_mean - t.mean_output**2, 1e-6) for t in by_tier]
@@ -395,14 +394,17 @@ def fast_evaluate(
             if ends <= 1e-12:
                 continue
             # judged at every hop it passes, and at its own unless it is the last tier (engine.simulate)
+            # each hop generates its own tier's answer (tier_stats' lengths); one prompt's answers at two tiers
+            # are taken as perfectly correlated in length (as when every tier gave the same length), so their
+            # decode times' standard deviations add
             a = sum(tier_a[: j + 1]) + (j + (j < len(tiers) - 1)) * judge_delay_s
             tau = sum(tier_tau[: j + 1])
             w1 = sum(tier_w1[: j + 1])
             w2 = sum(tier_w2[i] - tier_w1[i] ** 2 for i in range(j + 1))
             w_l.append(ends / total)
             s_l.append(a - tau)
-            m_l.append(tau * stats.mean_output + w1)
-            v_l.append(tau * tau * var_o + w2)
+            m_l.append(sum(tier_tau[i] * lns[i].mean_out for i in range(j + 1)) + w1)
+            v_l.append(sum(tier_tau[i] * math.sqrt(var_k[i]) for i in range(j + 1)) ** 2 + w2)
     else:
         for k, share, a, tau, wq, extra_var in comps:
             # the prefill-stage wait is random: it joins the gamma-shaped variable part, not the shift

@@ -6,10 +6,15 @@ quality profile and a request's ``prompt_index`` lets the quality model look up 
 
 Input length of a query = the token count of what an engine prefills for it
 (:attr:`QualityProfile.served_prompts`: the prompt; for MT-Bench turn 2 the whole conversation so far,
-Q1, A1, Q2). Output length = the mean token count of the responses recorded for the scenario's tier models
-(``Tier.quality_model``, else the tier name); if none of them has a recorded response, the mean over all
-recorded responses. A single length per prompt keeps cascades simple (every hop generates about as much
-as the final answer); the large and small models' GSM8K responses differ by ~10% on average.
+Q1, A1, Q2). Output length, per tier: where the profile records every tier model's response
+(``Tier.quality_model``, else the tier name), tier k answers a prompt with as many tokens as its model's
+recorded response (:attr:`ProfileLengths.tier_output_tokens`): a cascade hop generates its own tier's
+answer, and a pre-routed prompt is as long as the answer of the tier it is sent to. That is what an engine
+serving those models does, and what the emulated backend replays. MT-Bench shows why one length per prompt
+is not enough: GPT-4's answers average 382 tokens, Mixtral's 285, so a cascade whose small tier answers
+every prompt was simulated with a third more decode than it runs. ``output_tokens`` is the mean over the
+tier models' responses (the single length the capacity rule and the load moments use); if none of them
+has a recorded response, the mean over all recorded responses, and the tiers share it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class ProfileLengths:
     input_tokens: np.ndarray  # int64 per profile row
     output_tokens: np.ndarray  # int64 per profile row (mean over the chosen models' responses)
     models: tuple[str, ...]  # whose responses were averaged
+    #: int64 (rows, tiers): each requested model's own response length, where every one has responses
+    tier_output_tokens: np.ndarray | None = None
 
 
 @lru_cache(maxsize=8)
@@ -57,4 +64,7 @@ def profile_lengths(
     if not chosen:
         raise SpecError(path, None, "the profile records no responses, so output lengths are unknown")
     out = np.rint(np.mean([response_counts[m] for m in chosen], axis=0)).astype(np.int64)
-    return ProfileLengths(prompt_counts.copy(), np.maximum(out, 1), chosen)
+    per_tier = None
+    if models and all(m in response_counts for m in models):
+        per_tier = np.maximum(np.stack([response_counts[m] for m in models], axis=1).astype(np.int64), 1)
+    return ProfileLengths(prompt_counts.copy(), np.maximum(out, 1), chosen, per_tier)

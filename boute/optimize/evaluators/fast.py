@@ -41,12 +41,17 @@ class FastEvaluator:
         **_other_evaluators_options: Any,
     ) -> None:
         from boute.quality import quality_model_for
-        from boute.workload import build_workload, workload_stats
+        from boute.workload import replay_workload, tier_workload_stats, workload_stats
 
         self.scenario = scenario
         self.mode = mode
         self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
-        self.stats = workload_stats(build_workload(scenario))
+        w = replay_workload(scenario, self.quality_model.test_index)  # the simulator's stream
+        self.stats = workload_stats(w)
+        # each tier's answers at its own length (every prompt: the split is the candidate's, not known here)
+        self.tier_stats = (
+            tier_workload_stats(w, None, len(scenario.tiers)) if w.tier_output_tokens is not None else None
+        )
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import fast_evaluate
@@ -55,7 +60,13 @@ class FastEvaluator:
         pol = policy_of(self.quality_model, self.mode, cand.fractions)
         tiers = [t.name for t in self.scenario.tiers]
         res = fast_evaluate(
-            list(cand.deployment), self.scenario, self.stats, [float(v) for v in pol.visits], tiers, mode=self.mode
+            list(cand.deployment),
+            self.scenario,
+            self.stats,
+            [float(v) for v in pol.visits],
+            tiers,
+            mode=self.mode,
+            tier_stats=self.tier_stats,
         )
         if res.stable:
             p95 = finite_p95(res.p95_latency_s)

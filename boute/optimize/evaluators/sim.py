@@ -43,13 +43,13 @@ class SimEvaluator:
         **_other_evaluators_options: Any,
     ) -> None:
         from boute.quality import quality_model_for
-        from boute.workload import build_workload
+        from boute.workload import replay_workload
 
         self.scenario = scenario
         self.mode = mode
         self.seed = seed
         self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
-        self.workload = build_workload(scenario)
+        self.workload = replay_workload(scenario, self.quality_model.test_index)
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import simulate
