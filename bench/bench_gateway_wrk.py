@@ -35,6 +35,18 @@ Setup, and why:
   (``bench.gateway_load --rate``, GSM8K prompts) offers 3x that rate with a 10 s client timeout: share of 429s,
   latency of the 429 and 200 answers, and requests that hit the client timeout (should be none).
 
+- **Cascade** (``boute_cascade``, issue 29): a gateway on the same two replicas with a cascade plan judged by
+  the bundled static verifier (``routing.judge: verifier``), the verifier the optimiser trains for the
+  scenario's quality model, bundled by :func:`boute.serving.bundle.write_plan` as ``boute optimize --mode
+  cascade`` bundles it. Its threshold is the median of the verifier's scores on the answers tier 0 actually
+  gives these prompts (4-token answers), so every request is judged once and about half go to both tiers;
+  each round records the share escalated (from the gateway's /metrics). Compared with ``boute`` (pre-routed,
+  learned router) in the same rounds (``boute_cascade_vs_boute``).
+
+``BOUTE_BENCH_WRK_TARGETS=boute,boute_cascade`` runs only the named targets (of ``direct``, ``boute``,
+``boute_length``, ``boute_cascade``, ``boute_base``, ``sglang_router``) and no overload phase; the figures go
+under ``results.targets_run`` of ``bench/results/gateway_wrk.json``, beside the previous full run's, which
+are kept (a partial run must not erase the sglang-router comparison).
 ``BOUTE_BENCH_BASE_TREE=DIR`` runs the BOute gateway from another checkout's ``router/`` (``DIR/router``) as an
 extra target ``boute_base``, for before/after comparisons in the same interleaved rounds;
 ``BOUTE_BENCH_WRK_ROUNDS`` / ``BOUTE_BENCH_WRK_SECONDS`` override the number and length of rounds.
@@ -52,6 +64,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +78,9 @@ MAX_TOKENS = 4
 CONNECTIONS = 64
 GOAL = ">= 0.9x sglang-router req/s"
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
+#: the throughput targets, in round order
+TARGETS = ("direct", "boute", "boute_length", "boute_cascade", "boute_base", "sglang_router")
+RESULT = Path(__file__).parent / "results" / "gateway_wrk.json"
 
 #: wrk script: request bodies (one JSON per line, a file named by the first argument after ``--``) are
 #: formatted once per thread in ``init``; ``request`` draws one at random; ``done`` prints a JSON summary
@@ -128,6 +144,90 @@ def length_plan_dict() -> dict[str, Any]:
     plan = plan_dict_base()
     plan["routing"].update(scorer="length")
     return plan
+
+
+def wanted_targets() -> frozenset[str] | None:
+    """The targets ``BOUTE_BENCH_WRK_TARGETS`` names (comma-separated), None when unset (all of them)."""
+    raw = os.environ.get("BOUTE_BENCH_WRK_TARGETS", "").strip()
+    if not raw:
+        return None
+    names = frozenset(n.strip() for n in raw.split(",") if n.strip())
+    unknown = names - set(TARGETS)
+    if unknown:
+        raise SystemExit(f"BOUTE_BENCH_WRK_TARGETS: unknown target(s) {sorted(unknown)} (known: {', '.join(TARGETS)})")
+    return names
+
+
+def cascade_verifier() -> Path:
+    """The static verifier the optimiser scores paper-gsm8k cascades with (its quality model's, trained once
+    and cached): the file a cascade plan from ``boute optimize --mode cascade`` would bundle."""
+    from boute.optimize.evaluators.base import verifier_of
+    from boute.quality.build import quality_model_for
+    from boute.specs import load_scenario
+
+    model = quality_model_for(load_scenario("builtin:paper-gsm8k"))
+    assert model.cascade_scores is not None  # two tiers: a cascade model
+    model.cascade_scores()  # trains and saves the verifier unless a cached one is there
+    path = verifier_of(model)
+    assert path is not None
+    return Path(path)
+
+
+def half_threshold(stack: Stack, verifier: Path, prompts: list[str]) -> float:
+    """The verifier score that escalates half of ``prompts``: the median of its scores on the answers tier 0's
+    replica gives them (its own responder, at ``MAX_TOKENS``), i.e. the texts the gateway's judge will read."""
+    from backends.emulated.launch import replica_configs
+    from backends.emulated.profile import Responder
+    from boute.quality.judges import load_verifier
+    from boute.specs import load_scenario
+
+    small = replica_configs(stack.plan, load_scenario(None))[0]  # the plan lists tier 0's replica first
+    responder = Responder(small)
+    answers = ["".join(responder.answer(p, MAX_TOKENS)[0]) for p in prompts]
+    return float(np.median(load_verifier(verifier).score(prompts, answers)))
+
+
+def write_cascade_plan(stack: Stack, out: Path) -> float:
+    """The bench plan's two replicas as a verifier-judged cascade, bundled beside ``out``; returns its
+    threshold (:func:`half_threshold`)."""
+    from boute.quality.judges import verifier_files
+    from boute.quality.profiles import load_profile
+    from boute.serving.bundle import write_plan
+    from boute.specs import load_scenario
+    from boute.specs.plan import Plan
+
+    verifier = cascade_verifier()
+    threshold = half_threshold(stack, verifier, list(load_profile("builtin:gsm8k").prompts))
+    plan = plan_dict_base()
+    plan["routing"] = {
+        "mode": "cascade",
+        "tiers": ["small", "large"],
+        "fractions": [0.5, 0.5],
+        "judge": "verifier",
+        "verifier": verifier.name,
+        "thresholds": [threshold],
+    }
+    scenario = load_scenario("builtin:paper-gsm8k")
+    write_plan(Plan.model_validate(plan), out, scenario, verifier_files=verifier_files(verifier))
+    return threshold
+
+
+def judged_counts(url: str) -> tuple[float, float]:
+    """(requests answered, escalations) so far, from a gateway's /metrics."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    requests = escalations = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "boute_requests_total":
+                requests += sample.value
+            elif sample.name == "boute_escalations_total":
+                escalations += sample.value
+    return requests, escalations
 
 
 def learned_router() -> Path:
@@ -288,8 +388,11 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
     return round(float(np.median(vals)), 1) if vals else float("nan")
 
 
-def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[int]] | None) -> dict[str, Any]:
-    """Interleaved wrk rounds: direct (backend ceiling), BOute, sglang-router (and boute_base if asked)."""
+def throughput(
+    quick: bool, router: Path, work: Path, pin: tuple[set[int], set[int]] | None, only: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """Interleaved wrk rounds: direct (backend ceiling), BOute pre-routed (learned, length), BOute cascade,
+    sglang-router (and boute_base if asked); ``only``: just those targets."""
     rounds_n, seconds = (3, 10.0) if quick else (6, 20.0)
     rounds_n = int(os.environ.get("BOUTE_BENCH_WRK_ROUNDS", rounds_n))
     seconds = float(os.environ.get("BOUTE_BENCH_WRK_SECONDS", seconds))
@@ -297,26 +400,40 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
     _copy_router(router, stack.workdir)
     procs: list[subprocess.Popen[bytes]] = []
     proxy_cpus, other_cpus = pin if pin else (None, None)
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
+    def gateway(name: str, **env: str) -> None:
+        url, proc = start_gateway(stack, proxy_cpus, **env)
+        procs.append(proc)
+        targets[name] = (url, proc.pid)
+
+    threshold: float | None = None
     try:
         backend = stack.replicas[0].pid
         if other_cpus:
             _pin(backend, other_cpus)
-        targets: dict[str, tuple[str, int | None]] = {"direct": (stack.backend_urls[0], None)}
-        url, gw = start_gateway(stack, proxy_cpus)
-        procs.append(gw)
-        targets["boute"] = (url, gw.pid)
-        # the same gateway with the length scorer (~1 µs per prompt): the proxy's own cost, without scoring
-        length_plan = stack.workdir / "plan_length.json"
-        length_plan.write_text(json.dumps(length_plan_dict()))
-        url, gwl = start_gateway(stack, proxy_cpus, BOUTE_PLAN=str(length_plan))
-        procs.append(gwl)
-        targets["boute_length"] = (url, gwl.pid)
+        targets: dict[str, tuple[str, int | None]] = {}
+        if want("direct"):
+            targets["direct"] = (stack.backend_urls[0], None)
+        if want("boute"):
+            gateway("boute")
+        if want("boute_length"):
+            # the same gateway with the length scorer (~1 µs per prompt): the proxy's own cost, without scoring
+            length_plan = stack.workdir / "plan_length.json"
+            length_plan.write_text(json.dumps(length_plan_dict()))
+            gateway("boute_length", BOUTE_PLAN=str(length_plan))
+        if want("boute_cascade"):
+            cascade_plan = stack.workdir / "plan_cascade.json"
+            threshold = write_cascade_plan(stack, cascade_plan)
+            gateway("boute_cascade", BOUTE_PLAN=str(cascade_plan))
         base = os.environ.get("BOUTE_BENCH_BASE_TREE")
-        if base:
+        if base and want("boute_base"):
             url, gwb = start_gateway(stack, proxy_cpus, tree=base)
             procs.append(gwb)
             targets["boute_base"] = (url, gwb.pid)
-        sgr = start_sglang_router(stack.backend_urls, proxy_cpus)
+        sgr = start_sglang_router(stack.backend_urls, proxy_cpus) if want("sglang_router") else None
         if sgr is not None:
             procs.append(sgr[1])
             targets["sglang_router"] = (sgr[0], sgr[1].pid)
@@ -330,7 +447,11 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
             row: dict[str, Any] = {}
             for name, (u, pid) in targets.items():
                 watch = {"backend": backend, **({"proxy": pid} if pid else {})}
+                judged = judged_counts(u) if name == "boute_cascade" else None
                 row[name] = wrk(u, script, bodies, seconds, watch, other_cpus, seed=i)
+                if judged is not None:
+                    answered, escalated = (b - a for a, b in zip(judged, judged_counts(u), strict=True))
+                    row[name]["escalated_share"] = round(escalated / max(1.0, answered), 3)
             rounds.append(row)
         summary: dict[str, Any] = {}
         for name in targets:
@@ -349,6 +470,8 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
                 )
                 if any(k in r for r in rows)
             }
+            if name == "boute_cascade":
+                summary[name]["escalated_share"] = round(float(np.median([r["escalated_share"] for r in rows])), 3)
             summary[name]["non_2xx"] = sum(r["non_2xx"] for r in rows)
             summary[name]["errors"] = sum(r["errors"] for r in rows)
         if "sglang_router" in summary:
@@ -365,6 +488,8 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
                         "req_per_s_per_core": round(1e6 / b["proxy_cpu_us_per_req"], 1),
                         "sglang_router_req_per_s_per_core": round(1e6 / s["proxy_cpu_us_per_req"], 1),
                     }
+        if "boute" in summary and "boute_cascade" in summary:
+            summary["boute_cascade_vs_boute"] = cascade_vs_preroute(rounds, summary)
         return {
             "setup": {
                 "backends": "emulated llama-3.1-8b + llama-3.1-70b (H100), one process",
@@ -376,6 +501,8 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
                 "rounds": rounds_n,
                 "proxy_cpus": sorted(proxy_cpus) if proxy_cpus else None,
                 "wrk_and_backend_cpus": sorted(other_cpus) if other_cpus else None,
+                "targets": list(targets),
+                "cascade_threshold": threshold,
             },
             "rounds": rounds,
             "summary": summary,
@@ -384,6 +511,22 @@ def throughput(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[i
         for p in procs:
             _stop(p)
         stack.stop()
+
+
+def cascade_vs_preroute(rounds: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    """The cascade gateway against the pre-routed one, measured in the same rounds: per-round req/s ratios
+    (the host's load changes between rounds, less within one), and what judging costs in CPU per request."""
+    c, p = summary["boute_cascade"], summary["boute"]
+    per_round = [r["boute_cascade"]["req_per_s"] / r["boute"]["req_per_s"] for r in rounds]
+    return {
+        "req_per_s_ratio_median_of_rounds": round(float(np.median(per_round)), 3),
+        "req_per_s_ratio_per_round": [round(x, 3) for x in per_round],
+        "proxy_cpu_us_per_req": {"preroute": p["proxy_cpu_us_per_req"], "cascade": c["proxy_cpu_us_per_req"]},
+        "cascade_extra_cpu_us_per_req": round(c["proxy_cpu_us_per_req"] - p["proxy_cpu_us_per_req"], 1),
+        "latency_p50_ms": {"preroute": p["latency_p50_ms"], "cascade": c["latency_p50_ms"]},
+        "latency_p99_ms": {"preroute": p["latency_p99_ms"], "cascade": c["latency_p99_ms"]},
+        "escalated_share": c["escalated_share"],
+    }
 
 
 def _open_loop(url: str, rate: float, seconds: float, timeout: float, bodies: Path, cpus: set[int] | None) -> Any:
@@ -468,18 +611,32 @@ def overload(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[int
         stack.stop()
 
 
+def previous_results() -> dict[str, Any]:
+    """The last full run's results (``bench/results/gateway_wrk.json``), which a partial run keeps."""
+    try:
+        saved = json.loads(RESULT.read_text())
+    except (OSError, ValueError):
+        return {}
+    results = saved.get("results", {})
+    results.pop("targets_run", None)
+    return {**results, "full_run_meta": results.get("full_run_meta", saved.get("meta"))} if results else {}
+
+
 def run(quick: bool = True) -> dict[str, Any]:
     pin = _pinning()
     load_before = _loadavg()
+    only = wanted_targets()
     router = learned_router()
     work = Path(tempfile.mkdtemp(prefix="boute-wrk-"))
     try:
         results: dict[str, Any] = {"goal": GOAL}
-        results["throughput"] = throughput(quick, router, work, pin)
-        results["overload"] = overload(quick, router, work, pin)
+        measured = throughput(quick, router, work, pin, only)
+        if only is None:
+            results["throughput"] = measured
+            results["overload"] = overload(quick, router, work, pin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results["host"] = {
+    host = {
         "cpus": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
@@ -487,7 +644,12 @@ def run(quick: bool = True) -> dict[str, Any]:
         "note": "shared host: other tenants' jobs run on every CPU; cpu_us_per_req is user+system time of that "
         "process over the run divided by the requests wrk completed (robust to how busy the host is, unlike req/s).",
     }
-    return results
+    if only is None:
+        return {**results, "host": host}
+    # a partial run: its figures beside the last full run's (whose own meta is kept with them)
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("BOUTE_BENCH_")}
+    partial = {"targets": sorted(only), "when": datetime.now(UTC).isoformat(timespec="seconds"), "env": env}
+    return {**previous_results(), "targets_run": {**partial, "throughput": measured, "host": host}}
 
 
 if __name__ == "__main__":

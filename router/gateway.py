@@ -31,6 +31,7 @@ from router.openai_io import (
     completion_as_sse,
     parse_request,
     response_text,
+    wants_usage,
 )
 from router.policy import RoutePolicy, endpoint_judge
 from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
@@ -312,7 +313,7 @@ class Gateway:
             self.metrics.served(tier_name, latency)
         if stream and status == 200:  # cascade accepted a non-final tier: re-send as SSE
             headers.update(SSE_HEADERS)
-            return Reply(200, completion_as_sse(result.body, kind), headers, "text/event-stream")
+            return Reply(200, completion_as_sse(result.body, kind, wants_usage(body)), headers, "text/event-stream")
         return Reply(status, result.body, headers)
 
     async def _read_body(self, scope: Any, receive: Any) -> bytes:
@@ -369,7 +370,9 @@ class Gateway:
         """Tier 0 answers; the judge scores it; below the hop's threshold the next tier answers."""
         last = len(policy.tiers) - 1
         waited = 0.0
-        inner = {**body, "stream": False} if stream else body
+        # earlier hops are asked whole, for the judge, and without stream_options: servers that check it (vLLM)
+        # refuse it on a request that does not stream
+        inner = ({k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}) if stream else body
         proxy, judge = self.proxy, policy.judge
         assert proxy is not None and judge is not None  # a cascade policy always has a judge
         for hop in range(last + 1):

@@ -120,8 +120,16 @@ def response_text(raw: bytes, kind: str) -> str:
         return ""
 
 
-def completion_as_sse(raw: bytes, kind: str) -> bytes:
-    """A finished (non-streamed) completion re-sent as one SSE chunk + [DONE] (cascade, accepted early)."""
+def wants_usage(body: dict[str, Any]) -> bool:
+    """Whether a streamed request asks for the usage-only last chunk (``stream_options.include_usage``)."""
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
+def completion_as_sse(raw: bytes, kind: str, usage: bool = False) -> bytes:
+    """A finished (non-streamed) completion re-sent as one SSE chunk + [DONE] (cascade, accepted early); with
+    ``usage`` (the client asked, :func:`wants_usage`), the usage-only chunk before [DONE], as a stream the
+    replica itself sent would end."""
     doc = orjson.loads(raw)
     choices = []
     for c in doc.get("choices", []):
@@ -140,7 +148,10 @@ def completion_as_sse(raw: bytes, kind: str) -> bytes:
         "model": doc.get("model", ""),
         "choices": choices,
     }
-    return b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+    out = b"data: " + orjson.dumps(chunk) + b"\n\n"
+    if usage and doc.get("usage") is not None:
+        out += b"data: " + orjson.dumps({**chunk, "choices": [], "usage": doc["usage"]}) + b"\n\n"
+    return out + b"data: [DONE]\n\n"
 
 
 # OpenAPI request bodies (the handlers read raw bytes, so FastAPI cannot infer these)
