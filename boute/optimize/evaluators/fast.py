@@ -19,6 +19,7 @@ from boute.optimize.evaluators.base import (
     EvalResult,
     finite_p95,
     floats,
+    judge_delay_of,
     policy_of,
 )
 from boute.optimize.space import Candidate
@@ -47,6 +48,7 @@ class FastEvaluator:
         self.mode = mode
         self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
         self.stats = workload_stats(build_workload(scenario))
+        self.judge_delay_s = judge_delay_of(self.quality_model)
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import fast_evaluate
@@ -55,7 +57,13 @@ class FastEvaluator:
         pol = policy_of(self.quality_model, self.mode, cand.fractions)
         tiers = [t.name for t in self.scenario.tiers]
         res = fast_evaluate(
-            list(cand.deployment), self.scenario, self.stats, [float(v) for v in pol.visits], tiers, mode=self.mode
+            list(cand.deployment),
+            self.scenario,
+            self.stats,
+            [float(v) for v in pol.visits],
+            tiers,
+            mode=self.mode,
+            judge_delay_s=self.judge_delay_s,
         )
         if res.stable:
             p95 = finite_p95(res.p95_latency_s)
