@@ -172,7 +172,9 @@ def test_a_cascade_judged_by_an_llm_cuts_its_thresholds_on_the_recorded_scores(t
         assert r.mean == pytest.approx(np.where(accepted, qm.test_scores[:, 0], qm.test_scores[:, 1]).mean())
 
 
-def test_asking_for_an_llm_judge_without_its_scores_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_asking_for_an_llm_judge_without_its_scores_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from boute.quality import quality_model_for
     from boute.specs import load_scenario
     from boute.specs.scenario import with_judge
@@ -180,11 +182,11 @@ def test_asking_for_an_llm_judge_without_its_scores_is_one_clear_error(capsys: p
     sc = with_judge(load_scenario("builtin:small-live"), "llm")
     with pytest.raises(SpecError, match=r"builtin:gsm8k: judge_scores: no LLM judge scores recorded"):
         quality_model_for(sc)
-    got = run_cli(
-        ["optimize", "-s", "builtin:small-live", "--mode", "cascade", "--judge", "llm", "-o", "x.json"], capsys
-    )
+    out = ["-o", str(tmp_path / "plan.json"), "--db", f"sqlite:///{tmp_path / 'b.db'}"]
+    got = run_cli(["optimize", "-s", "builtin:small-live", "--mode", "cascade", "--judge", "llm", *out], capsys)
     assert got.returncode == 2 and got.stderr.strip().count("\n") == 0 and "judge_scores" in got.stderr
-    assert run_cli(["optimize", "--judge", "oracle", "-o", "x.json"], capsys).stderr.startswith("error: --judge")
+    assert run_cli(["optimize", "--judge", "oracle", *out], capsys).stderr.startswith("error: --judge")
+    assert not (tmp_path / "plan.json").exists()
 
 
 def test_optimize_writes_a_plan_judged_by_the_llm_its_thresholds_were_cut_on(tmp_path: Path) -> None:
