@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from boute.quality.judges import JUDGE_TIMEOUT_S
+
 ENV_PREFIX = "BOUTE_"
 
 
@@ -55,7 +57,9 @@ class Settings(BaseModel):
     drain_timeout_s: PositiveFloat = Field(30.0, description="graceful shutdown: wait this long for in-flight")
     judge_url: str | None = Field(None, description="cascade: OpenAI-compatible judge endpoint (LLMJudge)")
     judge_model: str = Field("judge", description="cascade: model name sent to the judge endpoint")
-    judge_timeout_s: PositiveFloat = Field(10.0, description="cascade: an LLM judge slower than this escalates")
+    judge_timeout_s: PositiveFloat = Field(
+        JUDGE_TIMEOUT_S, description="cascade: an LLM judge slower than this escalates"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -145,7 +145,7 @@ class Gateway:
             log.warning(
                 "BOUTE_JUDGE_URL is not used: the plan's judge is its '%s', whose scores it was cut on", r.judge
             )
-        return endpoint_judge(r, s.judge_url, s.judge_model, s.judge_timeout_s)
+        return endpoint_judge(r, s.judge_url, s.judge_model, s.judge_timeout_s, s.plan or "plan")
 
     def _tripped(self, backend_id: str) -> None:
         log.warning("replica %s tripped for %.1fs", backend_id, self.settings.cooldown_s)

@@ -92,11 +92,24 @@ def plan_judge(routing: Routing, root: Path, file: str | Path | None = None) -> 
     raise SpecError(file, "routing.judge", UNJUDGED)
 
 
-def endpoint_judge(routing: Routing, url: str | None, model: str, timeout_s: float) -> Judge | None:
+def endpoint_judge(
+    routing: Routing, url: str | None, model: str, timeout_s: float, file: str | Path | None = None
+) -> Judge | None:
     """The LLM judge at ``url`` (the gateway's ``BOUTE_JUDGE_URL``) for a cascade whose plan names an 'llm'
-    judge; None for any other plan, whose judge (if any) comes from its bundle (:func:`plan_judge`)."""
+    judge; None for any other plan, whose judge (if any) comes from its bundle (:func:`plan_judge`).
+
+    A plan whose thresholds were cut on a recorded LLM judge's scores names that judge's model
+    (``routing.judge_model``); judging it with another model (``BOUTE_JUDGE_MODEL``) is a SpecError, since
+    its thresholds mean nothing on that model's scores."""
     if routing.mode != "cascade" or routing.judge != "llm" or not url:
         return None
+    if routing.judge_model is not None and routing.judge_model != model:
+        raise SpecError(
+            file,
+            "routing.judge_model",
+            f"the thresholds were cut on judge '{routing.judge_model}'s scores; the gateway's judge is "
+            f"'{model}' (set BOUTE_JUDGE_MODEL={routing.judge_model}, served at BOUTE_JUDGE_URL)",
+        )
     from boute.quality.judges import LLMJudge
 
     return LLMJudge(url, model, timeout=timeout_s)

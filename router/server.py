@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             plan = open_plan(settings.plan)
-            judge = endpoint_judge(plan.routing, settings.judge_url, settings.judge_model, settings.judge_timeout_s)
+            judge = endpoint_judge(
+                plan.routing, settings.judge_url, settings.judge_model, settings.judge_timeout_s, settings.plan
+            )
             RoutePolicy(plan, Path(settings.plan).parent, judge=judge, file=settings.plan)
         except BouteError as exc:
             print(f"error: {exc}", file=sys.stderr)

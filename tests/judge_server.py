@@ -13,19 +13,23 @@ from typing import Any
 
 class FakeJudge(BaseHTTPRequestHandler):
     """Replies with ``reply`` (a text, or a function of the request's first message), ``status`` and
-    ``delay`` as the test sets them; ``seen`` records every request (path, body, Authorization)."""
+    ``delay`` as the test sets them; ``seen`` records every request (path, body, Authorization).
+    ``models`` maps a requested model name to its own reply function, so one server can stand for the
+    tiers being profiled beside their judge."""
 
     reply: str | Callable[[str], str] = "Rating: [[8]]"
     status: int = 200
     delay: float = 0.0
     seen: list[dict[str, Any]] = []
+    models: dict[str, Callable[[str], str]] = {}
 
     def do_POST(self) -> None:
         cls = type(self)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         cls.seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
         time.sleep(cls.delay)
-        text = cls.reply(body["messages"][0]["content"]) if callable(cls.reply) else cls.reply
+        reply = cls.models.get(body.get("model"), cls.reply)
+        text = reply(body["messages"][0]["content"]) if callable(reply) else reply
         payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
         self.send_response(cls.status)
         self.send_header("Content-Type", "application/json")
@@ -41,6 +45,7 @@ class FakeJudge(BaseHTTPRequestHandler):
 def serve_judge() -> Iterator[str]:
     """Start :class:`FakeJudge` (its settings reset) on a free loopback port; yields its ``/v1`` base URL."""
     FakeJudge.reply, FakeJudge.status, FakeJudge.delay, FakeJudge.seen = "Rating: [[8]]", 200, 0.0, []
+    FakeJudge.models = {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeJudge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

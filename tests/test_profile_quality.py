@@ -20,7 +20,6 @@ from backends.profile.quality import (
     gsm8k_correct,
     gsm8k_final_number,
     load_dataset,
-    parse_rating,
     profile_quality,
 )
 from backends.supervisor import ProcessSpec, Supervisor
@@ -49,12 +48,10 @@ def test_final_number(text: str, want: float | None) -> None:
     assert gsm8k_final_number(text) == want
 
 
-def test_checker_and_rating() -> None:
+def test_checker() -> None:
     assert gsm8k_correct("... #### 18", "Janet sells 9 eggs.\n#### 18") == 1.0
     assert gsm8k_correct("... #### 17", "#### 18") == 0.0
     assert gsm8k_correct("I don't know", "#### 18") == 0.0
-    assert parse_rating("Rating: 10") == 1.0 and parse_rating("Rating: 1") == 0.0
-    assert parse_rating("Rating: [[4]]") == pytest.approx(1 / 3) and parse_rating("great answer") == 0.0
 
 
 def test_dataset_errors_name_file_and_line(tmp_path: Path) -> None:

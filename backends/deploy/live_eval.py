@@ -32,6 +32,7 @@ from boute.optimize.evaluators import (
     EvalDetail,
     EvalResult,
     candidate_plan,
+    llm_judge_of,
     router_of,
     verifier_of,
 )
@@ -175,7 +176,8 @@ class LiveEvaluator:
 
         theta = self._quality.cascade_thresholds(cand.fractions)  # trains (or loads) the verifier first
         verifier = verifier_of(self._quality)
-        plan = candidate_plan(self.scenario, cand, "cascade", theta, verifier=verifier)
+        judge_model = llm_judge_of(self._quality)  # an LLM judge: the gateway's BOUTE_JUDGE_URL serves it
+        plan = candidate_plan(self.scenario, cand, "cascade", theta, verifier=verifier, judge_model=judge_model)
         return write_plan(plan, out, self.scenario, verifier_files=verifier_files(verifier) if verifier else ())
 
     def __call__(self, cand: Candidate) -> EvalResult:

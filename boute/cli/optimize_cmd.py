@@ -71,6 +71,12 @@ def register(app: typer.Typer) -> None:
             None, "--time-budget", min=1.0, help="stop searching after this many seconds (the plan is still confirmed)"
         ),
         mode: str = typer.Option("preroute", "--mode", help="routing mode: preroute | cascade"),
+        judge: str | None = typer.Option(
+            None,
+            "--judge",
+            help="cascade: cut thresholds on the offline verifier's scores or on the LLM judge's the profile "
+            "recorded (verifier | llm; default: the scenario's quality.judge)",
+        ),
         seed: int = typer.Option(0, "--seed", help="random seed"),
         db: str | None = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)"),
         experiment: str | None = typer.Option(None, "--experiment", help="experiment name; an existing one resumes"),
@@ -110,6 +116,7 @@ def register(app: typer.Typer) -> None:
             quality_floor=quality_floor,
             p95_cap=p95_cap,
             quality_confidence=quality_confidence,
+            judge=judge,
             calibration=calibration,
             max_evals=max_evals,
             objective=objective,

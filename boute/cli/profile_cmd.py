@@ -363,6 +363,15 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option("builtin:gsm8k-test", "--dataset", help="builtin:gsm8k-test or a JSONL file"),
         tier: list[str] = typer.Option(..., "--tier", help="NAME=URL (or NAME@SERVED_MODEL=URL), repeatable"),
         judge: str | None = typer.Option(None, "--judge", help="judge endpoint URL (or NAME@MODEL=URL)"),
+        cascade_judge: str | None = typer.Option(
+            None,
+            "--cascade-judge",
+            help="NAME@MODEL=URL: also rate every answer with this LLM judge, as the gateway's cascade would, "
+            "and record its scores and latency (what `quality.judge: llm` cuts thresholds on)",
+        ),
+        judge_timeout: float | None = typer.Option(
+            None, "--judge-timeout", help="seconds before a cascade-judge call scores 0.0 (default: the gateway's, 10)"
+        ),
         limit: int | None = typer.Option(None, "--limit", help="first N examples only"),
         max_tokens: int = typer.Option(512, "--max-tokens"),
         concurrency: int = typer.Option(4, "--concurrency"),
@@ -370,8 +379,12 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="quality profile to write (JSONL)"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Run a dataset through every tier, score answers (GSM8K checker or judge), write a JSONL profile."""
+        """Run a dataset through every tier, score answers (GSM8K checker or judge), write a JSONL profile.
+
+        With --cascade-judge, every answer is also rated by that LLM judge and its scores recorded, so
+        `boute optimize --mode cascade --judge llm` cuts the cascade's thresholds on them."""
         from backends.profile.quality import GSM8K_INSTRUCTION, Tier, load_dataset, profile_quality
+        from boute.quality.judges import JUDGE_TIMEOUT_S
 
         if limit is not None and limit < 1:
             raise BouteError(f"--limit must be >= 1, got {limit}")
@@ -379,12 +392,17 @@ def register(app: typer.Typer) -> None:
         judge_tier: Tier | None = None
         if judge is not None:
             judge_tier = _tier(judge, "--judge") if "=" in judge else Tier(name="judge", url=judge)
+        cascade_tier = _tier(cascade_judge, "--cascade-judge") if cascade_judge is not None else None
+        if judge_timeout is not None and judge_timeout <= 0:
+            raise BouteError(f"--judge-timeout must be > 0, got {judge_timeout}")
         examples = load_dataset(dataset, limit)
         summary = profile_quality(
             examples,
             tiers,
             out,
             judge=judge_tier,
+            cascade_judge=cascade_tier,
+            judge_timeout_s=JUDGE_TIMEOUT_S if judge_timeout is None else judge_timeout,
             max_tokens=max_tokens,
             concurrency=concurrency,
             instruction=GSM8K_INSTRUCTION if instruction is None else instruction,

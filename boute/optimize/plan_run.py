@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerError
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
+from boute.quality.policy import JUDGES
 
 if TYPE_CHECKING:
     from boute.optimize.evaluators.base import EvalResult
@@ -50,6 +51,7 @@ class PlanRequest:
     quality_floor: float | None = None
     p95_cap: float | None = None
     quality_confidence: float | None = None  # hold the floor on the lower bound at this level
+    judge: str | None = None  # the cascade's judge, overriding the scenario's quality.judge (verifier | llm)
     calibration: Path | None = None
     max_evals: int = 60
     objective: str = "latency"
@@ -85,6 +87,8 @@ class PlanRequest:
         EVALUATORS.get(self.confirm_with, "--confirm-with")
         if self.mode not in ("preroute", "cascade"):
             raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: preroute, cascade)")
+        if self.judge is not None and self.judge not in JUDGES:
+            raise BouteError(f"--judge: unknown cascade judge '{self.judge}' (known: {', '.join(JUDGES)})")
         if self.quality_floor is not None and not 0 <= self.quality_floor <= 1:
             raise BouteError(f"--quality-floor: {self.quality_floor} is not in [0, 1]")
         if self.quality_confidence is not None and not 0.5 <= self.quality_confidence < 1:
@@ -100,10 +104,11 @@ class PlanRequest:
         """The scenario with this request's overrides (targets, calibration) applied."""
         from boute.optimize.session import with_targets
         from boute.specs import load_scenario
-        from boute.specs.scenario import with_quality_confidence
+        from boute.specs.scenario import with_judge, with_quality_confidence
 
         sc = with_targets(load_scenario(self.scenario), self.budget, self.quality_floor, self.p95_cap)
         sc = with_quality_confidence(sc, self.quality_confidence)
+        sc = with_judge(sc, self.judge)
         if self.calibration is not None:
             from boute.perf import with_calibration
 
@@ -168,7 +173,7 @@ def make_plan(
     or BouteError; a plan is written only once it is confirmed."""
     from boute.optimize import confirm as confirmation
     from boute.optimize import session
-    from boute.optimize.evaluators.base import router_of, verifier_of
+    from boute.optimize.evaluators.base import llm_judge_of, router_of, verifier_of
     from boute.optimize.evaluators.pool import default_workers
     from boute.optimize.registry import make_evaluator
     from boute.quality import quality_model_for
@@ -235,13 +240,14 @@ def make_plan(
         final = res.final
         if final is None:  # the confirming evaluator rejected every plan it checked: write nothing
             raise UnconfirmedError(res.unconfirmed_message())
-        # a pre-routed plan routes with the learned router; a cascade is judged by the verifier its
-        # thresholds were cut on
+        # a pre-routed plan routes with the learned router; a cascade is judged by the judge its thresholds
+        # were cut on: the verifier, or the LLM judge whose scores the profile recorded
         router = router_of(quality_model) if req.mode == "preroute" else None
         verifier = verifier_of(quality_model) if req.mode == "cascade" else None
-        plan = session.build_plan(sc, res, req.mode, router, verifier)
+        judge_model = llm_judge_of(quality_model) if req.mode == "cascade" else None
+        plan = session.build_plan(sc, res, req.mode, router, verifier, judge_model)
         if plan.routing.mode == "cascade" and plan.routing.judge is None:
-            raise BouteError("the cascade's verifier was not built: no judge can reproduce its thresholds")
+            raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
         # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)
         path = write_plan(
             plan,

@@ -198,14 +198,20 @@ def optimize(
 
 
 def build_plan(
-    scenario: Scenario, out: Outcome, mode: str, router: str | None = None, verifier: str | None = None
+    scenario: Scenario,
+    out: Outcome,
+    mode: str,
+    router: str | None = None,
+    verifier: str | None = None,
+    judge_model: str | None = None,
 ) -> Plan:
-    """The final plan, routed by ``router`` or (a cascade) judged by ``verifier``: the search's quality
-    model's files, on whose scores its thresholds were cut."""
+    """The final plan, routed by ``router`` or (a cascade) judged by ``verifier`` or the LLM judge
+    ``judge_model``: the search's quality model's router or judge, on whose scores its thresholds were cut."""
     t = out.final
     assert t is not None and t.result is not None
     r = out.confirmed.get(t.index, t.result)
-    plan = candidate_plan(scenario, t.candidate, mode, t.result.thresholds or None, router=router, verifier=verifier)
+    cut = t.result.thresholds or None
+    plan = candidate_plan(scenario, t.candidate, mode, cut, router=router, verifier=verifier, judge_model=judge_model)
     q = r.extra.quality or {}  # an exact quality model's held-out mean and bound (a live result has none)
     pred = Prediction(
         quality=q.get("mean", r.quality),

@@ -1,4 +1,8 @@
-"""Build the :class:`QualityModel` a scenario needs: profile -> tier columns -> router -> (lazy) verifier.
+"""Build the :class:`QualityModel` a scenario needs: profile -> tier columns -> router -> (lazy) cascade judge.
+
+The cascade's judge is the scenario's ``quality.judge``: the offline verifier (trained lazily on the
+profile's recorded answers), or ``llm``, an LLM judge whose score of every answer the profile recorded
+(``boute profile quality --cascade-judge``): its thresholds are then cut on those scores, by the same rule.
 
 ``quality_model_for(scenario)`` is called by the optimiser, the simulator and the CLI, often several times
 per process, so results are memoised per process and embeddings are cached on disk (see
@@ -16,7 +20,7 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.judges import DEFAULT_VERIFIER_EMBEDDER
-from boute.quality.policy import QualityModel, mix_weights
+from boute.quality.policy import CascadeJudge, QualityModel, mix_weights
 from boute.quality.profiles import QualityProfile, load_profile
 
 if TYPE_CHECKING:
@@ -56,8 +60,11 @@ def build_quality_model(
     cache_dir: Path | None = None,
     seed: int = 0,
     test_fraction: float = 0.3,
+    judge: str = "verifier",
 ) -> QualityModel:
-    """Embed prompts (cached), train or load the router, and wire a lazily trained verifier for cascades."""
+    """Embed prompts (cached), train or load the router, and wire the cascade's judge: a lazily trained
+    verifier, or (``judge="llm"``) the LLM judge's recorded scores (SpecError naming the profile and field
+    when it has none)."""
     from boute.quality.embed import Embedder
     from boute.quality.router import load_router, split_indices
 
@@ -87,9 +94,13 @@ def build_quality_model(
         router, train, test, router_file = _trained_router(profile, models, cache_dir, seed, test_fraction)
     cols = [profile.models.index(m) for m in models]
 
-    verifier_file = verifier_path(profile, models, train, cache_dir, seed)
+    cascade_judge = recorded_llm_judge(profile, models) if judge == "llm" and len(models) > 1 else CascadeJudge()
+    llm = cascade_judge.kind == "llm"
+    verifier_file = None if llm else verifier_path(profile, models, train, cache_dir, seed)
 
     def cascade_scores() -> np.ndarray:
+        if verifier_file is None:  # an LLM judge's recorded scores
+            return llm_judge_scores(profile, models)
         return verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=verifier_file, minilm=emb)
 
     info = {
@@ -105,7 +116,9 @@ def build_quality_model(
         "router_test_auc": router.metadata.get("test_auc"),
         # what serving loads to judge a cascade as the optimiser did (written when cascade scores are first
         # computed, which every cascade evaluation does before a plan can be written)
-        "verifier_path": str(verifier_file) if len(models) > 1 else None,
+        "verifier_path": str(verifier_file) if len(models) > 1 and verifier_file is not None else None,
+        # the judge the cascade's thresholds are cut on (QualityModel.judge holds it typed)
+        "judge": cascade_judge.kind,
     }
     return QualityModel(
         tiers=tuple(tier_names or models),
@@ -117,6 +130,7 @@ def build_quality_model(
         else router.score_embeddings(emb(), profile.prompts),
         cascade_scores=cascade_scores if len(models) > 1 else None,
         info=info,
+        judge=cascade_judge,
     )
 
 
@@ -233,6 +247,31 @@ def verifier_scores(
     return np.stack([verifier.score(profile.prompts, responses[m]) for m in judged], axis=1)
 
 
+def recorded_llm_judge(profile: QualityProfile, models: list[str]) -> CascadeJudge:
+    """The LLM judge ``profile`` recorded, checked to have scored every judged tier (all but the last)."""
+    llm_judge_scores(profile, models)
+    rec = profile.judge
+    assert rec is not None
+    return CascadeJudge("llm", rec.model, rec.latency_s)
+
+
+def llm_judge_scores(profile: QualityProfile, models: list[str]) -> np.ndarray:
+    """The recorded LLM judge's score of each non-final tier's answer, (n, N-1): what a cascade judged by
+    that LLM cuts its thresholds on (as :func:`verifier_scores` for the verifier)."""
+    rec = profile.judge
+    how = "record them with boute profile quality --cascade-judge NAME@MODEL=URL"
+    if rec is None:
+        raise SpecError(profile.source, "judge_scores", f"no LLM judge scores recorded (quality.judge: llm): {how}")
+    missing = [m for m in models[:-1] if m not in rec.scores]
+    if missing:
+        raise SpecError(
+            profile.source,
+            "judge_scores",
+            f"no LLM judge score of '{missing[0]}' (judged: {', '.join(rec.scores) or 'none'}): {how}",
+        )
+    return np.stack([rec.scores[m] for m in models[:-1]], axis=1)
+
+
 def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> QualityModel:
     """The scenario's quality model (memoised per process; embeddings cached on disk)."""
     profile_ref = scenario.quality.profile
@@ -246,12 +285,18 @@ def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> Q
         tuple((t.name, t.quality_model) for t in scenario.tiers),
         str(router_path),
         str(cache_dir),
+        scenario.quality.judge,
     )
     if key not in _MEMO:
         profile = profile_for(scenario)
         models = tier_models(scenario, profile)
         _MEMO[key] = build_quality_model(
-            profile, models, [t.name for t in scenario.tiers], router_path=router_path, cache_dir=cache_dir
+            profile,
+            models,
+            [t.name for t in scenario.tiers],
+            router_path=router_path,
+            cache_dir=cache_dir,
+            judge=scenario.quality.judge,
         )
     mix = scenario.workload.mix
     if mix is not None:

@@ -48,6 +48,10 @@ def response_tail(text: str) -> str:
     return text[-RESPONSE_TAIL_CHARS:]
 
 
+#: seconds an LLM judge call may take before it scores 0.0 (escalate): the gateway's default
+#: (``BOUTE_JUDGE_TIMEOUT_S``), and the profiler's, so a judge too slow to serve is profiled as failing
+JUDGE_TIMEOUT_S = 10.0
+
 JUDGE_TEMPLATE = (
     "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant "
     "to the user question below. Consider correctness first, then helpfulness. Be as objective as possible. "
@@ -81,7 +85,7 @@ class LLMJudge:
 
     base_url: str
     model: str
-    timeout: float = 10.0
+    timeout: float = JUDGE_TIMEOUT_S
     api_key: str | None = None
     template: str = JUDGE_TEMPLATE
     max_tokens: int = 256

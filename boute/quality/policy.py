@@ -38,6 +38,8 @@ from numpy.typing import ArrayLike
 from boute.quality.confidence import DEFAULT_LEVEL, lower_bound, mean_and_se
 
 MODES = ("preroute", "cascade")
+#: what scores a cascade's answers: the offline verifier, or an LLM judge whose scores the profile recorded
+JUDGES = ("verifier", "llm")
 #: which figure of a policy the quality floor holds on: the held-out mean or its lower confidence bound
 HOLDS = ("mean", "bound")
 
@@ -58,6 +60,28 @@ class PolicyResult:
     def summary(self) -> dict[str, float | None]:
         """The quality figures a plan records: mean, standard error, lower bound and its level."""
         return {"mean": self.mean, "se": self.se, "bound": self.bound, "level": self.level}
+
+
+@dataclass(frozen=True)
+class CascadeJudge:
+    """The judge whose scores a cascade's thresholds are cut on; a plan names it, since thresholds mean
+    nothing on another judge's scores.
+
+    ``verifier``: the offline verifier (its file: ``QualityModel.info["verifier_path"]``). ``llm``: an LLM
+    judge whose score of every profile answer ``boute profile quality --cascade-judge`` recorded; ``model``
+    is the model name it served (the plan names it, the gateway's requests must carry it) and
+    ``latency_s`` its mean seconds per call when profiled, what a judged hop costs in the simulator.
+    """
+
+    kind: str = "verifier"
+    model: str | None = None
+    latency_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in JUDGES:
+            raise ValueError(f"judge must be one of {JUDGES}, got {self.kind!r}")
+        if self.kind == "llm" and (not self.model or self.latency_s is None or not self.latency_s >= 0):
+            raise ValueError("an llm judge needs its model name and its latency (seconds >= 0)")
 
 
 def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
@@ -164,8 +188,9 @@ class QualityModel:
 
     ``test_scores`` (n_test, N): each tier's normalised quality per held-out query. ``route_test`` /
     ``route_all``: router difficulty on held-out / all profile queries (``all`` calibrates thresholds and
-    routes workload requests by ``prompt_index``). ``cascade_scores`` lazily returns the verifier's
-    confidence in each non-final tier's answer, (n_all, N-1), for all profile queries.
+    routes workload requests by ``prompt_index``). ``cascade_scores`` lazily returns the ``judge``'s score
+    of each non-final tier's answer (the verifier's confidence, or a recorded LLM judge's rating), (n_all,
+    N-1), for all profile queries: cascade thresholds are cut on them.
     """
 
     tiers: tuple[str, ...]
@@ -182,6 +207,8 @@ class QualityModel:
     confidence: float = DEFAULT_LEVEL
     #: the figure ``PolicyResult.quality`` is (the floor holds on it): ``mean`` or ``bound``
     hold: str = "mean"
+    #: whose scores ``cascade_scores`` are (the verifier's, or a recorded LLM judge's)
+    judge: CascadeJudge = CascadeJudge()
 
     def __post_init__(self) -> None:
         n_tiers = len(self.tiers)
@@ -277,6 +304,7 @@ class QualityModel:
             row_weights=w,
             confidence=self.confidence,
             hold=self.hold,
+            judge=self.judge,
         )
 
     # -------------------------------------------------------------------------------- cascade
@@ -285,7 +313,7 @@ class QualityModel:
             if self.cascade_scores is None:
                 from boute.errors import BouteError
 
-                raise BouteError("cascade mode needs a verifier: this quality model has none")
+                raise BouteError("cascade mode needs a judge's scores: this quality model has none")
             v_all = np.asarray(self.cascade_scores(), dtype=np.float64).reshape(len(self.route_all), -1)
             v = v_all[self.test_index]
             v_cal = v_all[self._cal_rows]

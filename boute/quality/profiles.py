@@ -21,7 +21,11 @@ Formats:
   blank score for any model is left out (a profile is a full matrix); ``QualityProfile.dropped`` names
   those rows by ``sample_id`` (ARC-Challenge: 20 of 1,039 train rows, 8 of 445 test rows, mostly rows that
   hold one model's result for a sample another row holds the rest of).
-- ``jsonl``: ``{"prompt": ..., "scores": {model: value}, "responses": {model: text}?}`` per line.
+- ``jsonl``: ``{"prompt": ..., "scores": {model: value}, "responses": {model: text}?}`` per line; lines
+  written by ``boute profile quality --cascade-judge`` also hold an LLM judge's score of each answer,
+  ``"judge_scores": {model: score in [0, 1]}``, the judge that gave them, ``"judge": {"name": ..., "model":
+  ...}`` (the same on every line), and the measured seconds of each judge call, ``"judge_latency_s": {model:
+  seconds}`` (:class:`JudgeRecord`; what ``quality.judge: llm`` cuts a cascade's thresholds on).
 
 This module (the profile and format detection) with :mod:`boute.quality.profile_readers` (one reader per
 format, in its ``READERS`` registry) is the one reader of every format: the quality side (router, verifier, policy quality) and the
@@ -46,6 +50,24 @@ FORMATS = ("routellm-csv", "routerbench", "mtbench-jsonl", "jsonl")
 
 
 @dataclass(frozen=True)
+class JudgeRecord:
+    """An LLM judge's recorded score of every profile answer (``boute profile quality --cascade-judge``).
+
+    ``scores[model]`` is the judge's score of that model's answer to each query, in [0, 1] as
+    :meth:`boute.quality.judges.LLMJudge.ajudge` returns it (0.0 where the call failed: the gateway escalates
+    then too). ``latency_s`` is the mean wall time of one judge call as measured while profiling (over
+    ``calls`` calls): what the simulator charges a judged cascade hop. A mean is enough there because the
+    simulator charges every hop one fixed delay; the spread of the judge's latency is not modelled.
+    """
+
+    name: str
+    model: str  # the model name the judge endpoint served (what a plan names, and the gateway must send)
+    scores: dict[str, np.ndarray]
+    latency_s: float
+    calls: int
+
+
+@dataclass(frozen=True)
 class QualityProfile:
     """Per-query quality of several models; ``scores`` is (n_queries, n_models) in [0, 1]."""
 
@@ -64,6 +86,8 @@ class QualityProfile:
     costs: dict[str, np.ndarray] = field(default_factory=dict)
     #: rows of the file left out (RouterBench: a blank score), by their id in the file
     dropped: tuple[str, ...] = ()
+    #: an LLM judge's recorded scores of the answers (``jsonl`` written with ``--cascade-judge``), or None
+    judge: JudgeRecord | None = None
 
     @property
     def served_prompts(self) -> tuple[str, ...]:

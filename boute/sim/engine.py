@@ -29,7 +29,8 @@ from boute.workload import Workload
 
 #: seconds one judge call adds to a cascade hop, accepted or escalated: the plan's static verifier takes
 #: p50 0.3 ms, p99 0.9-1.5 ms of one core (bench/results/judge.json); 2 ms allows for the gateway's
-#: thread hop. An LLM judge is a generation of its own: pass its time as ``judge_delay_s``.
+#: thread hop. An LLM judge is a generation of its own: evaluators pass its recorded mean latency as
+#: ``judge_delay_s`` (:func:`boute.optimize.evaluators.base.judge_delay_of` decides which).
 JUDGE_DELAY_S = 0.002
 
 

@@ -63,7 +63,9 @@ class Routing(_Frozen):
     ``thresholds[i]`` escalates to i+1. The judge is named like the scorer, never implied, because the
     thresholds only mean something on the score they were cut on: ``verifier`` is the offline verifier the
     optimiser scored the cascade with (its weights file ``verifier``, in the plan's bundle), ``llm`` an
-    LLM judge at the gateway's ``BOUTE_JUDGE_URL`` rating 1-10, read as ``(rating - 1) / 9``.
+    LLM judge at the gateway's ``BOUTE_JUDGE_URL`` rating 1-10, read as ``(rating - 1) / 9``. A plan the
+    optimiser cut on an LLM judge's recorded scores names that judge's model (``judge_model``): the gateway
+    refuses to judge it with another.
     """
 
     # a threshold beyond every score (a tier that accepts all or nothing) is +-inf: written as Infinity
@@ -81,6 +83,9 @@ class Routing(_Frozen):
     )
     judge: Literal["verifier", "llm"] | None = Field(None, description="cascade: what scores each hop's answer")
     verifier: str | None = Field(None, description="cascade verifier's weights file (relative to the plan's folder)")
+    judge_model: str | None = Field(
+        None, description="cascade 'llm' judge: the model whose recorded scores the thresholds were cut on"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Routing:
@@ -109,6 +114,8 @@ class Routing(_Frozen):
             raise ValueError("routing.judge 'verifier' needs routing.verifier (the verifier's weights file)")
         if self.verifier is not None and self.judge != "verifier":
             raise ValueError("routing.verifier is only read with routing.judge 'verifier'")
+        if self.judge_model is not None and self.judge != "llm":
+            raise ValueError("routing.judge_model is only read with routing.judge 'llm'")
         if self.fractions is not None:
             if len(self.fractions) != n:
                 raise ValueError(f"fractions needs {n} values (one per tier), got {len(self.fractions)}")

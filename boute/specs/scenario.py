@@ -63,6 +63,11 @@ class QualitySource(_Frozen):
     profile: str = "builtin:gsm8k"
     format: Literal["auto", "routellm-csv", "routerbench", "mtbench-jsonl", "jsonl"] = "auto"
     router: str | None = Field(None, description="trained router file; trained on the fly if absent")
+    judge: Literal["verifier", "llm"] = Field(
+        "verifier",
+        description="what scores a cascade's answers: the offline verifier, or the LLM judge whose scores the "
+        "profile recorded (boute profile quality --cascade-judge); thresholds are cut on that judge's scores",
+    )
 
 
 class Arrivals(_Frozen):
@@ -229,6 +234,14 @@ def with_quality_confidence(scenario: Scenario, level: float | None) -> Scenario
         {**scenario.targets.model_dump(), "quality_confidence": level, "floor_on": "bound"}
     )
     return scenario.model_copy(update={"targets": targets})  # (private attributes: source, catalog, are kept)
+
+
+def with_judge(scenario: Scenario, judge: str | None) -> Scenario:
+    """The scenario with its cascade judge set to ``judge`` (``verifier`` or ``llm``; None: as is)."""
+    if judge is None:
+        return scenario
+    quality = QualitySource.model_validate({**scenario.quality.model_dump(), "judge": judge})
+    return scenario.model_copy(update={"quality": quality})  # (private attributes: source, catalog, are kept)
 
 
 def load_scenario(path: str | Path | None = None) -> Scenario:

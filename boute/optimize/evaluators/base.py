@@ -187,14 +187,17 @@ def candidate_plan(
     thresholds: tuple[float, ...] | list[float] | None = None,
     router: str | None = None,
     verifier: str | None = None,
+    judge_model: str | None = None,
 ) -> Plan:
     """The plan for a candidate. Pre-route: ``router`` is the learned router file whose scores split the load
     (:func:`router_of`). Cascade: ``verifier`` is the verifier file whose scores ``thresholds`` were cut on
-    (:func:`verifier_of`); the plan names it as its judge (a cascade needs no router). Tiers with zero load
+    (:func:`verifier_of`), or ``judge_model`` the LLM judge whose recorded scores they were cut on
+    (:func:`llm_judge_of`); the plan names it as its judge (a cascade needs no router). Tiers with zero load
     and no replicas stay in routing."""
     cut = None if thresholds is None else [float(v) for v in thresholds]
     cascade = mode == "cascade"
-    judged = cascade and verifier is not None and cut is not None
+    llm = cascade and judge_model is not None and cut is not None
+    judged = cascade and (verifier is not None or llm) and cut is not None
     routed = not cascade and router is not None
     routing = Routing(
         mode=mode,
@@ -204,8 +207,9 @@ def candidate_plan(
         scorer="learned" if routed else None,
         router=router if routed else None,
         reference=scenario.quality.profile if routed else None,
-        judge="verifier" if judged else None,
-        verifier=verifier if judged else None,
+        judge=("llm" if llm else "verifier") if judged else None,
+        verifier=verifier if judged and not llm else None,
+        judge_model=judge_model if llm else None,
     )
     return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
 
@@ -218,6 +222,22 @@ def router_of(model: QualityModel | None) -> str | None:
 def verifier_of(model: QualityModel | None) -> str | None:
     """The verifier file a quality model scores cascades with (None for a model without one)."""
     return None if model is None else model.info.get("verifier_path")
+
+
+def llm_judge_of(model: QualityModel | None) -> str | None:
+    """The model name of the LLM judge whose recorded scores a quality model cuts cascades on (None: the
+    model's cascades are the verifier's, or it has none)."""
+    return model.judge.model if model is not None and model.judge.kind == "llm" else None
+
+
+def judge_delay_of(model: QualityModel | None) -> float:
+    """Seconds a judged cascade hop costs in the simulator and the fast path: the recorded LLM judge's mean
+    latency per call when the quality model cuts on its scores, else the verifier's
+    :data:`~boute.sim.engine.JUDGE_DELAY_S`. The one place the delay is decided."""
+    from boute.sim.engine import JUDGE_DELAY_S
+
+    j = None if model is None else model.judge
+    return float(j.latency_s) if j is not None and j.kind == "llm" and j.latency_s is not None else JUDGE_DELAY_S
 
 
 def policy_of(model: QualityModel, mode: str, fractions: tuple[float, ...]) -> PolicyResult:

@@ -19,6 +19,7 @@ from boute.optimize.evaluators.base import (
     EvalResult,
     finite_p95,
     floats,
+    judge_delay_of,
     policy_of,
 )
 from boute.optimize.space import Candidate
@@ -52,6 +53,7 @@ class FastEvaluator:
         self.tier_stats = (
             tier_workload_stats(w, None, len(scenario.tiers)) if w.tier_output_tokens is not None else None
         )
+        self.judge_delay_s = judge_delay_of(self.quality_model)
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import fast_evaluate
@@ -67,6 +69,7 @@ class FastEvaluator:
             tiers,
             mode=self.mode,
             tier_stats=self.tier_stats,
+            judge_delay_s=self.judge_delay_s,
         )
         if res.stable:
             p95 = finite_p95(res.p95_latency_s)

@@ -20,6 +20,7 @@ from boute.optimize.evaluators.base import (
     candidate_plan,
     finite_p95,
     floats,
+    judge_delay_of,
     policy_of,
     router_of,
 )
@@ -50,6 +51,7 @@ class SimEvaluator:
         self.seed = seed
         self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
         self.workload = replay_workload(scenario, self.quality_model.test_index)
+        self.judge_delay_s = judge_delay_of(self.quality_model)
 
     def __call__(self, cand: Candidate) -> EvalResult:
         from boute.sim import simulate
@@ -60,7 +62,8 @@ class SimEvaluator:
             self.workload.prompt_index, np.asarray(cand.fractions), mode=self.mode, seed=self.seed
         )
         plan = candidate_plan(self.scenario, cand, self.mode, router=router_of(self.quality_model))
-        summary = simulate(plan, self.scenario, self.workload, route, seed=self.seed).summary()
+        run = simulate(plan, self.scenario, self.workload, route, seed=self.seed, judge_delay_s=self.judge_delay_s)
+        summary = run.summary()
         sent = len(self.workload.arrival_s)
         p95 = finite_p95(float(summary["p95_latency_s"]))  # (module doc: an infinite P95 is the overload figure)
         q = float(pol.quality)
