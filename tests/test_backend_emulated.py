@@ -112,7 +112,8 @@ def test_known_prompt_gets_recorded_response_unknown_gets_filler(backend: str) -
 def test_sglang_native_endpoints(backend: str) -> None:
     prompt, recorded = _known()
     r = httpx.post(backend + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 5}})
-    assert r.json()["text"] == recorded[:20] and r.json()["meta_info"]["finish_reason"]["type"] == "length"
+    first5 = "".join(pieces(recorded)[:5])  # its first 5 tokens, by the simulator's counter
+    assert r.json()["text"] == first5 and r.json()["meta_info"]["finish_reason"]["type"] == "length"
     assert httpx.get(backend + "/get_model_info").json()["model_path"] == "llama-3.1-8b"
     assert httpx.get(backend + "/health").status_code == 200
     with httpx.stream(
@@ -168,7 +169,10 @@ def test_context_length_is_enforced_as_sglang_does(backend: str) -> None:
 def test_exactly_the_context_is_accepted_and_a_client_gone_stops_it(backend: str) -> None:
     """Prompt + max_tokens equal to the context is served (SGLang's bound is inclusive); the client that
     leaves, streamed or not, takes its sequence out of the batch (SGLang aborts it), so nothing keeps running."""
-    body = {"model": "x", "prompt": "abcd", "max_tokens": 131072 - 1, "stream": True}
+    from boute.workload.tokens import count_tokens
+
+    prompt_tokens = int(count_tokens(["abcd"])[0])  # the replica's counter: the simulator's
+    body = {"model": "x", "prompt": "abcd", "max_tokens": 131072 - prompt_tokens, "stream": True}
     with httpx.stream("POST", backend + "/v1/completions", json=body) as s:
         assert s.status_code == 200
         assert next(s.iter_lines()).startswith("data: {")

