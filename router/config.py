@@ -56,7 +56,9 @@ class Settings(BaseModel):
     )
     drain_timeout_s: PositiveFloat = Field(30.0, description="graceful shutdown: wait this long for in-flight")
     judge_url: str | None = Field(None, description="cascade: OpenAI-compatible judge endpoint (LLMJudge)")
-    judge_model: str = Field("judge", description="cascade: model name sent to the judge endpoint")
+    judge_model: str | None = Field(
+        None, description="cascade: model name sent to the judge endpoint (default: the plan's routing.judge_model)"
+    )
     judge_timeout_s: PositiveFloat = Field(
         JUDGE_TIMEOUT_S, description="cascade: an LLM judge slower than this escalates"
     )

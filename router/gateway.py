@@ -304,17 +304,25 @@ class Gateway:
             headers["x-boute-hops"] = str(hops)
         status = result.status if isinstance(result, Result) else 200
         self.metrics.observe(tier_name, status, overhead)
-        if isinstance(result, Stream):
+        if isinstance(result, Stream):  # its first chunk is in hand: the client's first token goes out now
+            self._first_token(headers, tier_name, time.perf_counter() - t0)
             headers.update(SSE_HEADERS)
             return Reply(200, b"", headers, "text/event-stream", HeldStream(self, result, entry, tier_name, t0))
         latency = time.perf_counter() - t0
         self.observer.done(tier_name, status == 200, latency, answer_tokens(result.body) if status == 200 else None)
         if status == 200:
             self.metrics.served(tier_name, latency)
-        if stream and status == 200:  # cascade accepted a non-final tier: re-send as SSE
+        if stream and status == 200:  # cascade accepted a non-final tier: re-send as SSE, whole, after the judge
+            self._first_token(headers, tier_name, latency)
             headers.update(SSE_HEADERS)
             return Reply(200, completion_as_sse(result.body, kind, wants_usage(body)), headers, "text/event-stream")
         return Reply(status, result.body, headers)
+
+    def _first_token(self, headers: dict[str, str], tier: str, seconds: float) -> None:
+        """A streamed answer's time to first token, as its client gets it (after every judged cascade hop):
+        the ``x-boute-ttft-ms`` header and ``boute_ttft_seconds{tier}``."""
+        headers["x-boute-ttft-ms"] = f"{seconds * 1e3:.3f}"
+        self.metrics.first_token(tier, seconds)
 
     async def _read_body(self, scope: Any, receive: Any) -> bytes:
         limit = self.settings.max_body_bytes

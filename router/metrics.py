@@ -36,6 +36,14 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.ttft = Histogram(
+            "boute_ttft_seconds",
+            "time to the first answer bytes of streamed requests by answering tier (a cascade's: after every judged "
+            "hop, the accepted answer's)",
+            ["tier"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         # the plan's promise, beside what is measured (share: boute_served_share; P95: boute_latency_seconds)
         self.promised_share = Gauge(
             "boute_plan_share", "share of requests the plan sends to each tier", ["tier"], registry=r
@@ -65,6 +73,7 @@ class Metrics:
         self._gateway = gateway
         self._children: dict[tuple[str, int], Any] = {}
         self._latency: dict[str, Any] = {}
+        self._ttft: dict[str, Any] = {}
 
     def count(self, tier: str, code: int) -> None:
         key = (tier, code)
@@ -82,6 +91,13 @@ class Metrics:
         child = self._latency.get(tier)
         if child is None:
             child = self._latency[tier] = self.latency.labels(tier)
+        child.observe(seconds)
+
+    def first_token(self, tier: str, seconds: float) -> None:
+        """Time to first token of a streamed request, as its client gets it (the gateway's own clock)."""
+        child = self._ttft.get(tier)
+        if child is None:
+            child = self._ttft[tier] = self.ttft.labels(tier)
         child.observe(seconds)
 
     def stream_failure(self, tier: str) -> None:

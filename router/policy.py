@@ -92,17 +92,23 @@ def plan_judge(routing: Routing, root: Path, file: str | Path | None = None) -> 
     raise SpecError(file, "routing.judge", UNJUDGED)
 
 
+#: the model name sent to an LLM judge when neither the plan nor ``BOUTE_JUDGE_MODEL`` names one
+DEFAULT_JUDGE_MODEL = "judge"
+
+
 def endpoint_judge(
-    routing: Routing, url: str | None, model: str, timeout_s: float, file: str | Path | None = None
+    routing: Routing, url: str | None, model: str | None, timeout_s: float, file: str | Path | None = None
 ) -> Judge | None:
     """The LLM judge at ``url`` (the gateway's ``BOUTE_JUDGE_URL``) for a cascade whose plan names an 'llm'
     judge; None for any other plan, whose judge (if any) comes from its bundle (:func:`plan_judge`).
 
     A plan whose thresholds were cut on a recorded LLM judge's scores names that judge's model
     (``routing.judge_model``); judging it with another model (``BOUTE_JUDGE_MODEL``) is a SpecError, since
-    its thresholds mean nothing on that model's scores."""
+    its thresholds mean nothing on that model's scores. Unset, the gateway asks for the plan's judge model."""
     if routing.mode != "cascade" or routing.judge != "llm" or not url:
         return None
+    if model is None:
+        model = routing.judge_model or DEFAULT_JUDGE_MODEL
     if routing.judge_model is not None and routing.judge_model != model:
         raise SpecError(
             file,

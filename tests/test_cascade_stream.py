@@ -131,6 +131,15 @@ def _metric(url: str, name: str) -> float:
     return 0.0
 
 
+def _ttft_count(url: str, tier: str) -> float:
+    """``boute_ttft_seconds_count{tier}`` from the gateway's /metrics."""
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            if sample.name == "boute_ttft_seconds_count" and sample.labels.get("tier") == tier:
+                return sample.value
+    return 0.0
+
+
 def test_an_accepted_first_answer_is_streamed_whole_from_tier_0(cascade: Cascade) -> None:
     """(a) The judge accepts tier 0's answer: the client gets exactly that answer as SSE, tier 0 named, one hop,
     and the usage chunk it asked for (as a streamed answer from the replica itself would carry)."""
@@ -142,6 +151,8 @@ def test_an_accepted_first_answer_is_streamed_whole_from_tier_0(cascade: Cascade
     assert got.text == small
     assert got.usage is not None and got.usage > 0
     assert small in cascade.judged.content[prompt]  # the judge read the whole answer it accepted
+    # the gateway reports the time to first token its client got: after the judge, never more than the client saw
+    assert 0 < float(got.headers["x-boute-ttft-ms"]) / 1e3 <= got.first_token - got.sent
 
 
 def test_an_escalated_answer_is_the_next_tier_s_alone_and_its_first_token_waits_for_the_verdict(
@@ -164,6 +175,9 @@ def test_an_escalated_answer_is_the_next_tier_s_alone_and_its_first_token_waits_
         f"first token {ttft * 1e3:.1f} ms after sending, the judge had tier 0's answer at "
         f"{(judged_at - got.sent) * 1e3:.1f} ms"
     )
+    # reported as the client got it (header and /metrics), within what the client measured
+    assert 0 < float(got.headers["x-boute-ttft-ms"]) / 1e3 <= ttft
+    assert _ttft_count(cascade.url, "large") >= 1
 
 
 def test_a_judge_failure_on_a_streamed_request_escalates_and_is_counted(cascade: Cascade) -> None:

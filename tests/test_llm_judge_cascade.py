@@ -244,6 +244,8 @@ def test_optimize_writes_a_plan_judged_by_the_llm_its_thresholds_were_cut_on(tmp
 
     judge = endpoint_judge(r, "http://127.0.0.1:9/v1", "judge-m", 1.0)
     assert isinstance(judge, LLMJudge) and judge.model == "judge-m"
+    unset = endpoint_judge(r, "http://127.0.0.1:9/v1", None, 1.0)  # no BOUTE_JUDGE_MODEL: the plan's judge
+    assert isinstance(unset, LLMJudge) and unset.model == "judge-m"
     env = {**os.environ, "BOUTE_PLAN": str(req.out), "BOUTE_JUDGE_URL": "http://127.0.0.1:9/v1"}
     argv = [sys.executable, "-m", "router", "--port", str(free_port())]
     refused = subprocess.run(
