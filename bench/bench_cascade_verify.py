@@ -12,7 +12,8 @@ beside them. Each run is the user's commands, as processes:
 router or judge in the gateway) and replays the plan's scenario workload with the held-out prompts. Wall
 figures depend on the host: the load average is recorded before and after each verify, since a 2-core
 host that is busy elsewhere delays the emulated replicas' event loops (milliseconds that matter where a
-request takes 0.1 s, as on RouterBench). ``BOUTE_BENCH_VERIFY_CASES=scenario:mode,...`` runs a subset.
+request takes 0.1 s, as on RouterBench). ``BOUTE_BENCH_VERIFY_CASES=scenario:mode,...`` runs a subset and
+keeps the other cases of the last run as they were (each case records when it ran and the load around it).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+LAST = Path(__file__).resolve().parent / "results" / "cascade_verify.json"
 CASES = (
     ("builtin:paper-gsm8k", "cascade"),
     ("experiments/scenarios/mtbench-f81.yaml", "cascade"),
@@ -94,13 +97,22 @@ def _table(v: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _last_cases() -> dict[str, Any]:
+    """The cases of the last run (a subset run keeps the rest)."""
+    try:
+        return dict(json.loads(LAST.read_text())["results"]["cases"])
+    except (OSError, KeyError, TypeError, json.JSONDecodeError):
+        return {}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
-    results: dict[str, Any] = {}
+    results = _last_cases() if os.environ.get("BOUTE_BENCH_VERIFY_CASES") else {}
     for scenario, mode in _cases():
         with tempfile.TemporaryDirectory(prefix="boute-bench-verify-") as tmp:
             r = _one(scenario, mode, Path(tmp))
         v = r.get("verify") or {}
         r["ok"] = bool(v.get("ok"))
+        r["when"] = datetime.now(UTC).isoformat(timespec="seconds")
         r["table"] = _table(v)
         results[f"{scenario} [{mode}]"] = r
         print(f"[cascade_verify] {scenario} {mode}: ok={r['ok']}", flush=True)

@@ -12,7 +12,7 @@ recorded response (:attr:`ProfileLengths.tier_output_tokens`): a cascade hop gen
 answer, and a pre-routed prompt is as long as the answer of the tier it is sent to. That is what an engine
 serving those models does, and what the emulated backend replays. MT-Bench shows why one length per prompt
 is not enough: GPT-4's answers average 382 tokens, Mixtral's 285, so a cascade whose small tier answers
-every prompt was simulated with a third more decode than it runs. ``output_tokens`` is the mean over the
+every prompt was simulated with a sixth more decode on that tier than it runs. ``output_tokens`` is the mean over the
 tier models' responses (the single length the capacity rule and the load moments use); if none of them
 has a recorded response, the mean over all recorded responses, and the tiers share it.
 """
