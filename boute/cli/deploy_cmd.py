@@ -1,4 +1,4 @@
-"""``boute deploy up PLAN --target local|ray [--emulate | --sglang-cpu]``, ``boute deploy status``, ``boute deploy down``.
+"""``boute deploy up PLAN --target local|ray [--emulate | --sglang-cpu]``, ``boute deploy status|down``.
 
 A deployment is a background controller (``backends.deploy.daemon``) owning the replicas; this command
 only hands it a plan and waits. Deploying while one runs is a rolling update to the new plan (on the engine
