@@ -55,6 +55,10 @@ def run(directory: Path) -> int:
         profile=cfg.get("profile", "builtin:gsm8k"),
         profile_models=cfg.get("profile_models") or {},
         model_paths=cfg.get("model_paths") or {},
+        default_model_path=cfg.get("default_model_path"),
+        sglang_cpu=bool(cfg.get("sglang_cpu", False)),
+        max_total_tokens=cfg.get("max_total_tokens"),
+        python=cfg.get("python") or sys.executable,
         catalog=cfg.get("catalog"),
         host=cfg.get("replica_host")
         or default_replica_host(

@@ -41,6 +41,9 @@ class LaunchOptions:
     profile: str = "builtin:gsm8k"  # emulated: whose recorded responses known prompts get
     profile_models: Mapping[str, str] = field(default_factory=dict)  # tier -> profile column (emulated)
     model_paths: Mapping[str, str] = field(default_factory=dict)  # tier -> checkpoint / HF id (SGLang)
+    default_model_path: str | None = None  # SGLang: a tier without a model_paths entry (else its catalog hf_id)
+    sglang_cpu: bool = False  # SGLang's CPU engine (backends.sglang.cpu): one CPU process per replica, no GPUs
+    max_total_tokens: int | None = None  # sglang_cpu: the KV pool, tokens (None: cpu.DEFAULT_MAX_TOTAL_TOKENS)
     catalog: str | None = None  # emulated: the plan's catalog file (its own GPUs/models, calibrated)
     mem_fraction_static: float = 0.88
     python: str = sys.executable
@@ -130,17 +133,28 @@ def replica_process(
         if opts.token:  # read by the replica's own check (boute.serving.auth), not passed on the command line
             env[TOKEN_ENV] = opts.token
     else:
-        from backends.sglang.command import SGLangOptions, sglang_argv
+        from backends.sglang.command import LIVENESS_ENV, SGLangOptions, sglang_argv
         from boute.catalog import builtin_catalog
 
-        path = opts.model_paths.get(key.tier) or builtin_catalog().model(key.model).hf_id
+        path = opts.model_paths.get(key.tier) or opts.default_model_path or builtin_catalog().model(key.model).hf_id
         so = SGLangOptions(host=host, mem_fraction_static=opts.mem_fraction_static, python=opts.python)
-        argv = sglang_argv(
-            path, port=port, tp=key.tp, pp=key.pp, dtype=key.dtype, served_model_name=key.tier, options=so
-        )
+        tp, pp = key.tp, key.pp
+        if opts.sglang_cpu:  # the plan's GPU type and tp/pp only name the replica: one CPU process serves it
+            from dataclasses import replace
+
+            from backends.sglang.cpu import DEFAULT_MAX_TOTAL_TOKENS, cpu_options
+
+            tokens = opts.max_total_tokens or DEFAULT_MAX_TOTAL_TOKENS
+            so = replace(cpu_options(opts.python, max_total_tokens=tokens), host=host)
+            tp = pp = 1
+        argv = sglang_argv(path, port=port, tp=tp, pp=pp, dtype=key.dtype, served_model_name=key.tier, options=so)
         if opts.token:  # SGLang takes its key on the command line only (visible to local users in ps)
             argv += ["--api-key", opts.token]
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpu_ids))} if gpu_ids else {}
+        env = dict(LIVENESS_ENV)
+        if gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
+        if opts.sglang_cpu:  # the model is a local folder: never reach for the Hub
+            env.update({**so.extra_env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     health_host = LOOPBACK if host in WILDCARDS else host
     return ProcessSpec(name=key.id, argv=tuple(argv), env=env, health_url=f"{http_url(health_host, port)}/health")
 

@@ -1,8 +1,9 @@
 """Local target: each replica is a supervised process on this host, on a free port of the interface
 ``LaunchOptions.host`` names (loopback unless ``--replica-host`` says otherwise).
 
-Emulated replicas need no GPUs; SGLang replicas take ``tp * pp`` CUDA ids of their GPU type from the
-pool given at construction (``--gpu-ids h100-sxm=0,1,2,3``), returned when the replica stops.
+Emulated replicas and SGLang's CPU engine (``--sglang-cpu``) need no GPUs; SGLang replicas take ``tp * pp``
+CUDA ids of their GPU type from the pool given at construction (``--gpu-ids h100-sxm=0,1,2,3``), returned when
+the replica stops.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class LocalTarget:
         self._free = {g: list(ids) for g, ids in (gpu_ids or {}).items()}
 
     def _take(self, key: ReplicaKey) -> list[int]:
-        if self.opts.emulate:
+        if self.opts.emulate or self.opts.sglang_cpu:
             return []
         pool = self._free.get(key.gpu, [])
         if len(pool) < key.gpus:

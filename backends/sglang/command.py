@@ -17,7 +17,14 @@ from boute.catalog import Catalog
 from boute.errors import BouteError
 from boute.specs.plan import Plan, ReplicaGroup
 
-__all__ = ["SGLangOptions", "place_plan", "replica_spec", "sglang_argv"]
+__all__ = ["LIVENESS_ENV", "SGLangOptions", "place_plan", "replica_spec", "sglang_argv"]
+
+#: ``/health`` as a liveness check (200 once warmed up, at once). By default SGLang (0.5.23) answers it like
+#: ``/health_generate``: it queues a one-token generation and sleeps a whole second before looking, so no
+#: answer ever came within the deployer's and the gateway's 1 s health timeouts: on real CPU replicas the
+#: controller deregistered both tiers every few seconds and the gateway answered 503 "no healthy replica".
+#: ``/health_generate`` still makes the deep check.
+LIVENESS_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ def replica_spec(
     argv = sglang_argv(
         model_path, port=port, tp=group.tp, pp=group.pp, dtype=group.dtype, served_model_name=group.tier, options=o
     )
-    env = {**o.extra_env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids)}
+    env = {**LIVENESS_ENV, **o.extra_env, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids)}
     host = "127.0.0.1" if o.host in ("0.0.0.0", "::") else o.host
     return ProcessSpec(
         name=f"{group.tier}-{group.gpu}-{index}",

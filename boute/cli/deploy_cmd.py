@@ -1,7 +1,12 @@
-"""``boute deploy up PLAN --target local|ray [--emulate]``, ``boute deploy status``, ``boute deploy down``.
+"""``boute deploy up PLAN --target local|ray [--emulate | --sglang-cpu]``, ``boute deploy status|down``.
 
 A deployment is a background controller (``backends.deploy.daemon``) owning the replicas; this command
-only hands it a plan and waits. Deploying while one runs is a rolling update to the new plan.
+only hands it a plan and waits. Deploying while one runs is a rolling update to the new plan (on the engine
+the deployment was started with).
+
+``--sglang-cpu`` (local target): real ``sglang.launch_server`` replicas on this CPU, from the ``make sglang``
+install (its python and SmolLM2 serve every tier, with :func:`backends.sglang.cpu.cpu_options`' flags);
+without that install, one line says to run it.
 
 Where replicas listen is said, not implied: ``--replica-host`` (default: loopback for emulated fleets and the
 local target, the node's address for Ray fleets of real engines), printed with the fleet; beyond loopback
@@ -86,6 +91,15 @@ def register(app: typer.Typer) -> None:
         plan: Path = typer.Argument(..., help="plan JSON/YAML to deploy (with its .bundle folder)"),
         target: str = typer.Option("local", "--target", "-t", help="local (processes here) or ray (Ray actors)"),
         emulate: bool = typer.Option(False, "--emulate", help="emulated CPU backends instead of SGLang"),
+        sglang_cpu: bool = typer.Option(
+            False,
+            "--sglang-cpu",
+            help="local: real SGLang on this CPU (the `make sglang` install and its SmolLM2 for every tier); "
+            "each replica is one CPU process (the plan's GPU type and tp/pp only name it)",
+        ),
+        max_total_tokens: int | None = typer.Option(
+            None, "--max-total-tokens", min=256, help="--sglang-cpu: KV pool of each replica, tokens (16384)"
+        ),
         redis: str = typer.Option(
             "redis://127.0.0.1:6379/0",
             "--redis",
@@ -128,6 +142,8 @@ def register(app: typer.Typer) -> None:
             d,
             target=target,
             emulate=emulate,
+            sglang_cpu=sglang_cpu,
+            max_total_tokens=max_total_tokens,
             redis=redis,
             prefix=prefix,
             speedup=speedup,
@@ -191,6 +207,8 @@ def _deploy(
     target: str,
     emulate: bool,
     redis: str,
+    sglang_cpu: bool = False,
+    max_total_tokens: int | None = None,
     prefix: str,
     speedup: float,
     gateway_port: int | None,
@@ -217,6 +235,10 @@ def _deploy(
         raise BouteError(f"--target: expected local or ray, got '{target}'")
     if resource_mode not in ("custom", "accelerator"):
         raise BouteError(f"--resources: expected custom or accelerator, got '{resource_mode}'")
+    if sglang_cpu and (emulate or target != "local"):
+        raise BouteError("--sglang-cpu: runs real SGLang replicas with --target local, without --emulate")
+    if max_total_tokens is not None and not sglang_cpu:
+        raise BouteError("--max-total-tokens: only with --sglang-cpu")
     if running:
         if replica_host is not None:
             raise BouteError("--replica-host: a running deployment keeps its interface; `boute deploy down` it first")
@@ -231,6 +253,13 @@ def _deploy(
                 "use them (set it to require a bearer token; the gateway sends it)",
                 err=True,
             )
+        engine: dict[str, Any] = {}
+        if sglang_cpu:  # one line, before anything starts, where `make sglang` was not run (or failed)
+            from backends.sglang.cpu import server_install
+
+            inst = server_install()
+            engine = {"sglang_cpu": True, "python": str(inst["python"]), "default_model_path": str(inst["model"])}
+            engine["max_total_tokens"] = max_total_tokens
         p = open_plan(plan_path)
         sc = plan_scenario(p, plan_path) or load_scenario(p.scenario)
         d.mkdir(parents=True, exist_ok=True)
@@ -253,6 +282,7 @@ def _deploy(
             "gpu_ids": gpu_ids,
             "replica_host": host,
             "inventory": dict(sc.cluster.gpus),
+            **engine,
         }
         write_atomic(d / CONFIG_FILE, json.dumps(cfg, indent=2))
         write_catalog(p, sc, d / "catalog.yaml")
