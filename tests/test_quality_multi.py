@@ -237,3 +237,22 @@ def test_optimise_with_the_multi_router_then_verify_on_routerbench(tmp_path: Pat
     for t in rt.tiers:
         assert checks[f"share {t}"]["ok"], checks[f"share {t}"]
     assert checks["quality"]["ok"], checks["quality"]
+
+
+def test_one_rule_maps_fractions_to_prices_for_the_optimiser_and_the_gateway(gsm8k_multi, tmp_path: Path) -> None:
+    """A multi plan written without prices is priced by the gateway with the rule the optimiser used
+    (prices_for_shares on the reference prompts); a search result keeps its prices through the tracking DB."""
+    from boute.optimize.evaluators.base import EvalResult
+    from boute.serving.bundle import open_plan
+    from boute.specs.plan import Routing
+    from router.policy import load_scorer
+
+    sc, qm = gsm8k_multi
+    f = [0.6, 0.4]
+    out = _multi_plan(sc, qm, f, tmp_path / "plan.json")
+    r = open_plan(out).routing
+    bare = Routing.model_validate({**r.model_dump(), "prices": None})
+    np.testing.assert_array_equal(load_scorer(bare, out.parent, out).prices, qm.preroute(f).prices)
+    res = EvalResult(0.8, 1.0, 10.0, 5.0, True, 0.1, "sim", prices=(0.0, math.inf))
+    assert EvalResult.from_dict(res.to_dict()).prices == (0.0, math.inf)
+    assert "prices" not in EvalResult(0.8, 1.0, 10.0, 5.0, True, 0.1, "sim").to_dict()  # rows read as before
