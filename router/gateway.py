@@ -235,7 +235,7 @@ class Gateway:
             context = policy.context.get(entry)
             if context is not None:  # before it takes a slot: it could never be answered as asked
                 check_context(body, kind, chars, context)
-            self.observer.arrival(prompt, score)
+            self.observer.arrival(prompt, score if policy.difficulty else None)
             held = self.tier_inflight.get(entry, 0)
             per_replica = s.tier_queue_per_replica or policy.inflight_per_replica[entry]
             if held >= per_replica * max(1, self.balancer.healthy(entry)):

@@ -5,7 +5,10 @@ scorer (``routing.scorer``) and the prompts its thresholds were cut on (``routin
 loads the plan's own router from its bundle, ``length`` scores by prompt length over the reference. Nothing
 else is ever substituted: a plan whose scorer cannot be loaded is refused. Thresholds are the plan's, or cut
 from its fractions on the reference by the same function the optimiser uses
-(:func:`boute.quality.policy.thresholds_for_fractions`). A cascade names its judge the same way
+(:func:`boute.quality.policy.thresholds_for_fractions`). ``multi`` loads the plan's multi-model router and
+routes each prompt to argmax_k p_k - lambda_k under the plan's prices (:class:`PricedScorer`; prices cut from
+the fractions by :func:`boute.quality.multi.prices_for_shares` when the plan has none). A cascade names its
+judge the same way
 (``routing.judge``, :func:`plan_judge`): the verifier the optimiser scored it with, or an LLM judge, with
 the thresholds cut on that judge's scores; a cascade that names none is refused.
 """
@@ -59,6 +62,44 @@ class LengthScorer:
 
     def score(self, prompts: list[str]) -> np.ndarray:
         return np.array([self.score_one(p) for p in prompts], dtype=float)
+
+
+class PricedScorer:
+    """A multi-model router under fixed prices: a prompt's "score" is the tier it picks, argmax_k p_k(x) -
+    lambda_k (:func:`boute.quality.multi.route`), as a float, so the gateway's scoring paths (batched per
+    event-loop turn like the ladder's static router) carry it unchanged; :attr:`cut` (thresholds halfway
+    between consecutive tier indices) maps it back to that tier through :meth:`RoutePolicy.tier_for_score`.
+
+    Not a difficulty: :attr:`difficulty` is False, so the gateway does not record it as a router score for
+    the re-plan loop's score-mix drift."""
+
+    embedder_kind = "static"
+    difficulty = False
+
+    def __init__(self, router: Any, prices: list[float]) -> None:
+        self.router = router
+        self.prices = np.asarray(prices, dtype=np.float64)
+        self.cut = [k + 0.5 for k in range(len(prices) - 1)]
+
+    def score(self, prompts: list[str]) -> np.ndarray:
+        from boute.quality.multi import route
+
+        return route(self.router.predict(prompts), self.prices).astype(np.float64)
+
+    def score_one(self, prompt: str) -> float:
+        return float(self.score([prompt])[0])
+
+
+def multi_prices(routing: Routing, router: Any, root: Path) -> list[float]:
+    """The plan's prices, or (a plan that has only fractions) the optimiser's rule applied to its reference
+    prompts: :func:`boute.quality.multi.prices_for_shares` on the router's predictions for them."""
+    if routing.prices is not None:
+        return [float(v) for v in routing.prices]
+    from boute.quality.multi import prices_for_shares
+
+    assert routing.reference is not None and routing.fractions is not None  # the plan's validator
+    ref = list(reference_prompts(routing.reference, root))
+    return [float(v) for v in prices_for_shares(router.predict(ref), routing.fractions)]
 
 
 #: why a cascade plan without its judge is refused: its thresholds mean nothing on another judge's scores
@@ -143,6 +184,19 @@ def load_scorer(routing: Routing, root: Path, file: str | Path | None = None) ->
             return load_router(root / routing.router)
         except SpecError as exc:
             raise SpecError(file, "routing.router", str(exc)) from None
+    if routing.scorer == "multi":
+        from boute.quality.multi import load_multi_router
+
+        assert routing.router is not None  # the plan's validator guarantees it
+        try:
+            multi = load_multi_router(root / routing.router)
+        except SpecError as exc:
+            raise SpecError(file, "routing.router", str(exc)) from None
+        if list(multi.tiers) and len(multi.tiers) != len(routing.tiers):
+            raise SpecError(
+                file, "routing.router", f"the multi router has {len(multi.tiers)} tiers, the plan {len(routing.tiers)}"
+            )
+        return PricedScorer(multi, multi_prices(routing, multi, root))
     if routing.scorer == "length":
         assert routing.reference is not None
         return LengthScorer(reference_prompts(routing.reference, root))
@@ -275,8 +329,12 @@ class RoutePolicy:
         else:
             self.scoring = "thread"
         self.cheap = self.scoring != "thread"  # never queued behind a worker thread
+        #: whether the score is a difficulty the re-plan loop's score-mix drift follows (a priced scorer's is a tier)
+        self.difficulty = getattr(self.scorer, "difficulty", True)
         fr = list(r.fractions or [])
-        if r.thresholds is not None:
+        if isinstance(self.scorer, PricedScorer):
+            self.thresholds = list(self.scorer.cut)
+        elif r.thresholds is not None:
             self.thresholds = [float(t) for t in r.thresholds]
         elif self.mode == "preroute" and self.scorer is not None:
             assert r.reference is not None

@@ -33,7 +33,9 @@ from boute.optimize.evaluators import (
     EvalResult,
     candidate_plan,
     llm_judge_of,
+    router_files_of,
     router_of,
+    scorer_of,
     verifier_of,
 )
 from boute.optimize.space import Candidate
@@ -68,7 +70,6 @@ class LiveEvaluator:
     ) -> None:
         from boute.quality import quality_model_for
         from boute.quality.profiles import load_profile
-        from boute.quality.router import router_files
         from boute.workload import Workload, replay_workload
 
         self.scenario, self.mode, self.speedup, self.redis_url = scenario, mode, speedup, redis_url
@@ -88,7 +89,7 @@ class LiveEvaluator:
         )
         self.profile = load_profile(scenario.quality.profile, scenario.quality.format)
         self._router = router_of(self._quality) if mode == "preroute" else None
-        self._router_files = router_files(self._router) if self._router else []
+        self._router_files = router_files_of(self._quality) if self._router else []
         self.columns = {t.name: self.profile.models.index(t.quality_model or t.name) for t in scenario.tiers}
         missing = [
             m for m in (self.profile.models[c] for c in self.columns.values()) if m not in self.profile.responses
@@ -170,7 +171,15 @@ class LiveEvaluator:
         """The candidate's plan with its bundle: the router for a pre-route, the verifier for a cascade."""
         out = self.workdir / "candidate.json"
         if self.mode != "cascade":
-            plan = candidate_plan(self.scenario, cand, self.mode, router=self._router)
+            prices = self._quality.preroute(cand.fractions).prices  # a multi router's cut (None: the ladder's)
+            plan = candidate_plan(
+                self.scenario,
+                cand,
+                self.mode,
+                router=self._router,
+                scorer=scorer_of(self._quality),
+                prices=None if prices is None else [float(v) for v in prices],
+            )
             return write_plan(plan, out, self.scenario, self._router_files)
         from boute.quality.judges import verifier_files
 

@@ -77,6 +77,12 @@ def register(app: typer.Typer) -> None:
             help="cascade: cut thresholds on the offline verifier's scores or on the LLM judge's the profile "
             "recorded (verifier | llm; default: the scenario's quality.judge)",
         ),
+        router: str | None = typer.Option(
+            None,
+            "--router",
+            help="pre-route: 'ladder' (a difficulty score cut by thresholds) or 'multi' (each tier's predicted "
+            "correctness, priced to the load fractions) (default: the scenario's quality.router_kind)",
+        ),
         seed: int = typer.Option(0, "--seed", help="random seed"),
         db: str | None = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)"),
         experiment: str | None = typer.Option(None, "--experiment", help="experiment name; an existing one resumes"),
@@ -117,6 +123,7 @@ def register(app: typer.Typer) -> None:
             p95_cap=p95_cap,
             quality_confidence=quality_confidence,
             judge=judge,
+            router=router,
             calibration=calibration,
             max_evals=max_evals,
             objective=objective,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerError
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
 from boute.quality.policy import JUDGES
+from boute.quality.preroute import ROUTER_KINDS
 
 if TYPE_CHECKING:
     from boute.optimize.evaluators.base import EvalResult
@@ -52,6 +53,7 @@ class PlanRequest:
     p95_cap: float | None = None
     quality_confidence: float | None = None  # hold the floor on the lower bound at this level
     judge: str | None = None  # the cascade's judge, overriding the scenario's quality.judge (verifier | llm)
+    router: str | None = None  # the pre-router, overriding the scenario's quality.router_kind (ladder | multi)
     calibration: Path | None = None
     max_evals: int = 60
     objective: str = "latency"
@@ -89,6 +91,8 @@ class PlanRequest:
             raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: preroute, cascade)")
         if self.judge is not None and self.judge not in JUDGES:
             raise BouteError(f"--judge: unknown cascade judge '{self.judge}' (known: {', '.join(JUDGES)})")
+        if self.router is not None and self.router not in ROUTER_KINDS:
+            raise BouteError(f"--router: unknown pre-router '{self.router}' (known: {', '.join(ROUTER_KINDS)})")
         if self.quality_floor is not None and not 0 <= self.quality_floor <= 1:
             raise BouteError(f"--quality-floor: {self.quality_floor} is not in [0, 1]")
         if self.quality_confidence is not None and not 0.5 <= self.quality_confidence < 1:
@@ -104,11 +108,12 @@ class PlanRequest:
         """The scenario with this request's overrides (targets, calibration) applied."""
         from boute.optimize.session import with_targets
         from boute.specs import load_scenario
-        from boute.specs.scenario import with_judge, with_quality_confidence
+        from boute.specs.scenario import with_judge, with_quality_confidence, with_router_kind
 
         sc = with_targets(load_scenario(self.scenario), self.budget, self.quality_floor, self.p95_cap)
         sc = with_quality_confidence(sc, self.quality_confidence)
         sc = with_judge(sc, self.judge)
+        sc = with_router_kind(sc, self.router)
         if self.calibration is not None:
             from boute.perf import with_calibration
 
@@ -173,12 +178,11 @@ def make_plan(
     or BouteError; a plan is written only once it is confirmed."""
     from boute.optimize import confirm as confirmation
     from boute.optimize import session
-    from boute.optimize.evaluators.base import llm_judge_of, router_of, verifier_of
+    from boute.optimize.evaluators.base import llm_judge_of, router_files_of, router_of, scorer_of, verifier_of
     from boute.optimize.evaluators.pool import default_workers
     from boute.optimize.registry import make_evaluator
     from boute.quality import quality_model_for
     from boute.quality.judges import verifier_files
-    from boute.quality.router import router_files
     from boute.serving.bundle import open_plan, write_plan
     from boute.tracking import open_store
 
@@ -245,7 +249,7 @@ def make_plan(
         router = router_of(quality_model) if req.mode == "preroute" else None
         verifier = verifier_of(quality_model) if req.mode == "cascade" else None
         judge_model = llm_judge_of(quality_model) if req.mode == "cascade" else None
-        plan = session.build_plan(sc, res, req.mode, router, verifier, judge_model)
+        plan = session.build_plan(sc, res, req.mode, router, verifier, judge_model, scorer_of(quality_model))
         if plan.routing.mode == "cascade" and plan.routing.judge is None:
             raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
         # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)
@@ -253,7 +257,7 @@ def make_plan(
             plan,
             req.out,
             sc,
-            router_files(router) if router else (),
+            router_files_of(quality_model) if router else (),
             verifier_files=verifier_files(verifier) if verifier else (),
         )
         assert res.experiment_id is not None  # a search with a store always records its experiment

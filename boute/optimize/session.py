@@ -204,14 +204,26 @@ def build_plan(
     router: str | None = None,
     verifier: str | None = None,
     judge_model: str | None = None,
+    scorer: str = "learned",
 ) -> Plan:
-    """The final plan, routed by ``router`` or (a cascade) judged by ``verifier`` or the LLM judge
-    ``judge_model``: the search's quality model's router or judge, on whose scores its thresholds were cut."""
+    """The final plan, routed by ``router`` (a ``scorer``: ``learned``, the ladder, or ``multi``) or (a
+    cascade) judged by ``verifier`` or the LLM judge ``judge_model``: the search's quality model's router or
+    judge, on whose scores its thresholds (or prices) were cut."""
     t = out.final
     assert t is not None and t.result is not None
     r = out.confirmed.get(t.index, t.result)
     cut = t.result.thresholds or None
-    plan = candidate_plan(scenario, t.candidate, mode, cut, router=router, verifier=verifier, judge_model=judge_model)
+    plan = candidate_plan(
+        scenario,
+        t.candidate,
+        mode,
+        cut,
+        router=router,
+        verifier=verifier,
+        judge_model=judge_model,
+        scorer=scorer,
+        prices=t.result.prices,
+    )
     q = r.extra.quality or {}  # an exact quality model's held-out mean and bound (a live result has none)
     pred = Prediction(
         quality=q.get("mean", r.quality),

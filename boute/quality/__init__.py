@@ -4,7 +4,10 @@ Light to import (numpy only); torch/transformers/scikit-learn load inside the fu
 
 - :func:`load_profile` -> :class:`QualityProfile` (RouteLLM CSV, MT-Bench judgements, plain JSONL)
 - :func:`quality_model_for` (scenario) -> :class:`QualityModel` with ``preroute``/``cascade``/``assign``
-- :func:`load_router` -> :class:`Router` (``score(prompts)``: difficulty in [0, 1])
+- :func:`load_router` -> :class:`Router` (``score(prompts)``: difficulty in [0, 1]), the ladder's scorer
+- :func:`boute.quality.multi.load_multi_router` -> the multi router (``predict(prompts)``: each tier's
+  predicted correctness); which of the two pre-routes is the scenario's ``quality.router_kind``
+  (:mod:`boute.quality.preroute`)
 - :class:`LLMJudge` (any OpenAI-compatible endpoint), :class:`OfflineVerifier` (learned, offline)
 """
 

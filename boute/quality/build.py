@@ -21,9 +21,11 @@ import numpy as np
 from boute.errors import SpecError
 from boute.quality.judges import DEFAULT_VERIFIER_EMBEDDER
 from boute.quality.policy import CascadeJudge, QualityModel, mix_weights
+from boute.quality.preroute import ROUTER_KINDS, MultiRouting, PreRouting
 from boute.quality.profiles import QualityProfile, load_profile
 
 if TYPE_CHECKING:
+    from boute.quality.multi import MultiRouter
     from boute.specs.scenario import Scenario
 
 _MEMO: dict[tuple[Any, ...], QualityModel] = {}
@@ -61,10 +63,15 @@ def build_quality_model(
     seed: int = 0,
     test_fraction: float = 0.3,
     judge: str = "verifier",
+    router_kind: str = "ladder",
 ) -> QualityModel:
     """Embed prompts (cached), train or load the router, and wire the cascade's judge: a lazily trained
     verifier, or (``judge="llm"``) the LLM judge's recorded scores (SpecError naming the profile and field
-    when it has none)."""
+    when it has none).
+
+    ``router_kind="multi"``: pre-route policies come from the multi router (:mod:`boute.quality.multi`),
+    trained on the ladder's training rows (cached like it), so both routers share the held-out set and the
+    calibration prompts; the plan ships the multi router (``info["router_path"]``)."""
     from boute.quality.embed import Embedder
     from boute.quality.router import load_router, split_indices
 
@@ -103,15 +110,25 @@ def build_quality_model(
             return llm_judge_scores(profile, models)
         return verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=verifier_file, minilm=emb)
 
+    prerouting: PreRouting | None = None
+    routed_by: Any = router
+    if router_kind == "multi":
+        routed_by, router_file = _trained_multi_router(profile, models, train, cache_dir, seed)
+        prerouting = MultiRouting(routed_by.predict(profile.prompts))
+    elif router_kind != "ladder":
+        raise SpecError(None, "quality.router_kind", f"must be one of {', '.join(ROUTER_KINDS)}, got {router_kind!r}")
     info = {
         "profile": profile.source,
         "scale": list(profile.scale),
         "models": models,
         "n_queries": len(profile),
         "n_test": int(len(test)),
-        "router": router.metadata.get("kind"),
-        # what serving loads to reproduce the routing: the router file (its weights; metadata beside it)
+        "router": routed_by.metadata.get("kind"),
+        "router_kind": router_kind,
+        # what serving loads to reproduce the routing: the router file (its weights; metadata beside it), and
+        # every file a plan bundles for it (weights first)
         "router_path": str(Path(router_file).resolve()),
+        "router_files": [str(f) for f in routed_by.files()],
         "profile_hash": profile.content_hash,
         "router_test_auc": router.metadata.get("test_auc"),
         # what serving loads to judge a cascade as the optimiser did (written when cascade scores are first
@@ -131,6 +148,7 @@ def build_quality_model(
         cascade_scores=cascade_scores if len(models) > 1 else None,
         info=info,
         judge=cascade_judge,
+        prerouting=prerouting,
     )
 
 
@@ -169,6 +187,36 @@ def _trained_router(
     )
     router.save(path)
     return router, train, test, path
+
+
+def _trained_multi_router(
+    profile: QualityProfile, models: list[str], train: np.ndarray, cache_dir: Path | None, seed: int
+) -> tuple[MultiRouter, Path]:
+    """Train the multi router on rows ``train``, or reuse the one trained before on the same profile content,
+    tiers, rows and seed (kept beside the ladder routers, named by a hash of those; a damaged entry is
+    retrained). Training is N cross-validated logistic fits: seconds."""
+    import hashlib
+    import json
+
+    from boute.quality.embed import default_cache_dir
+    from boute.quality.multi import MULTI_FORMAT, load_multi_router, train_multi_router
+    from boute.quality.static_embed import load_static
+
+    rows = hashlib.sha256(np.asarray(train, dtype=np.int64).tobytes()).hexdigest()
+    key = json.dumps([MULTI_FORMAT, "static", profile.content_hash, list(models), rows, seed])
+    path = (
+        Path(cache_dir or default_cache_dir())
+        / "routers"
+        / f"multi-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+    )
+    if path.is_file():
+        try:
+            return load_multi_router(path), path
+        except (SpecError, KeyError, ValueError, OSError):
+            pass
+    trained = train_multi_router(profile, models, train, load_static(cache_dir=cache_dir), seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return trained.save(path), path
 
 
 def verifier_path(
@@ -286,6 +334,7 @@ def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> Q
         str(router_path),
         str(cache_dir),
         scenario.quality.judge,
+        scenario.quality.router_kind,
     )
     if key not in _MEMO:
         profile = profile_for(scenario)
@@ -297,6 +346,7 @@ def quality_model_for(scenario: Scenario, *, cache_dir: Path | None = None) -> Q
             router_path=router_path,
             cache_dir=cache_dir,
             judge=scenario.quality.judge,
+            router_kind=scenario.quality.router_kind,
         )
     mix = scenario.workload.mix
     if mix is not None:

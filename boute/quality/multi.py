@@ -23,23 +23,36 @@ on the profiles here (N <= 5, about a thousand prompts: well under a millisecond
 share 0 gets price +inf (never chosen).
 
 Scoring one live prompt costs the ladder's embedding plus N dot products: proxy speed.
+
+Files (what a plan bundles, as for the ladder router, :mod:`boute.quality.router`): ``<out>`` the weights
+(``.npz``: the N heads stacked, ``coef`` (N, d), ``intercept`` (N,), and the shape standardisation), the static
+embedder's table and tokenizer beside it, and ``<out>.json``: metadata (format ``boute-multi-router/1``, tiers,
+split, embedder) with every other file's sha256, so :func:`load_multi_router` refuses a missing or altered one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from boute.errors import SpecError
-from boute.quality.head import LinearHead, fit_head, shape_features
+from boute.quality.head import N_SHAPE, LinearHead, fit_head, meta_path, read_metadata, shape_features, verify_files
 from boute.quality.profiles import QualityProfile
-from boute.quality.static_embed import StaticEmbedder
+from boute.quality.static_embed import StaticEmbedder, static_from_metadata
+from boute.specs.io import sha256_file, write_atomic
 
 MAX_SWEEPS = 200
+MULTI_FORMAT = "boute-multi-router/1"
+TABLE_SUFFIX, TOK_SUFFIX = ".static.npy", ".tokenizer.json"
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,8 @@ class MultiRouter:
     feat_std: np.ndarray
     static: StaticEmbedder
     good_threshold: float = 0.5
+    metadata: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None  # set once saved or loaded: then :meth:`files` lists what a bundle copies
 
     def features(self, prompts: Sequence[str], emb: np.ndarray | None = None) -> np.ndarray:
         e = self.static.embed(prompts) if emb is None else emb
@@ -62,6 +77,73 @@ class MultiRouter:
         """(n, N): predicted probability that each tier's answer is good (score >= good_threshold)."""
         x = self.features(prompts, emb)
         return np.stack([h.proba(x)[:, 1] for h in self.heads], axis=1)
+
+    def files(self) -> list[Path]:
+        """Every file needed to load this router: weights, metadata, static table, tokenizer (hashes in the
+        metadata)."""
+        if self.path is None:
+            raise SpecError(None, "router", "the multi router has not been saved: no files yet")
+        extra = [self.path.with_name(v["name"]) for k, v in self.metadata["files"].items() if k != "weights"]
+        return [self.path, meta_path(self.path), *extra]
+
+    def save(self, path: str | Path) -> MultiRouter:
+        """Weights, then table and tokenizer, then the metadata naming them all with their sha256 (each file
+        atomically, metadata last: a reader that finds the metadata finds the rest). Returns the saved router."""
+        p = Path(path)
+        buf = io.BytesIO()
+        np.savez(
+            buf,
+            coef=np.vstack([h.coef for h in self.heads]),
+            intercept=np.concatenate([h.intercept for h in self.heads]),
+            feat_mean=self.feat_mean,
+            feat_std=self.feat_std,
+        )
+        write_atomic(p, buf.getvalue())
+        written = {
+            "weights": p,
+            "table": p.with_name(p.name + TABLE_SUFFIX),
+            "tokenizer": p.with_name(p.name + TOK_SUFFIX),
+        }
+        self.static.save(written["table"], written["tokenizer"])
+        meta = {
+            **self.metadata,
+            "format": MULTI_FORMAT,
+            "tiers": list(self.tiers),
+            "n_tiers": len(self.tiers),
+            "good_threshold": self.good_threshold,
+            "embedder": {
+                "kind": "static",
+                **self.static.info,
+                "max_tokens": self.static.max_tokens,
+                "dim": self.static.dim,
+            },
+            "files": {role: {"name": f.name, "sha256": sha256_file(f)} for role, f in written.items()},
+        }
+        write_atomic(meta_path(p), json.dumps(meta, indent=2) + "\n")
+        return dataclasses.replace(self, metadata=meta, path=p)
+
+
+def load_multi_router(path: str | Path) -> MultiRouter:
+    """A multi router saved by :meth:`MultiRouter.save`, every listed file's hash checked (SpecError naming
+    the file and field otherwise). Imports numpy and ``tokenizers`` only: the gateway loads it."""
+    p = Path(path)
+    meta = read_metadata(p, MULTI_FORMAT)
+    files = verify_files(p, meta, ("weights", "table", "tokenizer"))
+    if files["weights"] != p:
+        raise SpecError(meta_path(p), "files.weights.name", f"names {files['weights'].name}, not {p.name}")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            coef, intercept, mean, std = z["coef"], z["intercept"], z["feat_mean"], z["feat_std"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecError(p, None, f"not a saved multi router ({exc})") from None
+    tiers = tuple(str(t) for t in meta.get("tiers", []))
+    static = static_from_metadata(files, meta["embedder"])
+    if coef.shape != (len(tiers), static.dim + N_SHAPE) or intercept.shape != (len(tiers),):
+        raise SpecError(
+            p, "coef", f"shape {coef.shape} does not fit {len(tiers)} tiers of {static.dim + N_SHAPE} features"
+        )
+    heads = tuple(LinearHead(coef[k : k + 1], intercept[k : k + 1], np.arange(2)) for k in range(len(tiers)))
+    return MultiRouter(tiers, heads, mean, std, static, float(meta.get("good_threshold", 0.5)), meta, p)
 
 
 def train_multi_router(
@@ -79,16 +161,23 @@ def train_multi_router(
     mean, std = shape[train].mean(axis=0), shape[train].std(axis=0)
     std = np.where(std > 0, std, 1.0)
     x = np.hstack([np.asarray(emb, np.float64), (shape - mean) / std])
-    heads = []
+    heads, cs = [], []
     for m in tier_models:
         y = (profile.column(m)[train] >= good_threshold).astype(np.int64)
         if y.min() == y.max():
             raise SpecError(
                 profile.source, f"models.{m}", "every training query has the same outcome: nothing to learn"
             )
-        head, _ = fit_head(x[train], y, seed)
+        head, c = fit_head(x[train], y, seed)
         heads.append(head)
-    return MultiRouter(tuple(tier_models), tuple(heads), mean, std, static, good_threshold)
+        cs.append(c)
+    meta = {
+        "kind": "one logistic head per tier on static prompt embeddings + 7 prompt-shape features",
+        "C": cs,
+        "profile": {"source": profile.source, "hash": profile.content_hash, "n": len(profile)},
+        "train_rows": int(len(train)),
+    }
+    return MultiRouter(tuple(tier_models), tuple(heads), mean, std, static, good_threshold, meta)
 
 
 def route(p: np.ndarray, prices: ArrayLike) -> np.ndarray:
@@ -96,7 +185,7 @@ def route(p: np.ndarray, prices: ArrayLike) -> np.ndarray:
     return np.argmax(np.asarray(p, np.float64) - np.asarray(prices, np.float64)[None, :], axis=1)
 
 
-def _targets(fractions: ArrayLike, m: int) -> np.ndarray:
+def share_counts(fractions: ArrayLike, m: int) -> np.ndarray:
     """Integer prompt counts per tier summing to m (largest remainders)."""
     f = np.asarray(fractions, np.float64).reshape(-1)
     if (f < -1e-12).any() or not math.isclose(float(f.sum()), 1.0, abs_tol=1e-6):
@@ -112,7 +201,7 @@ def prices_for_shares(p_cal: np.ndarray, fractions: ArrayLike) -> np.ndarray:
     each tier under :func:`route` (module doc: coordinate ascent on the assignment dual)."""
     p = np.asarray(p_cal, np.float64)
     m, n_tiers = p.shape
-    want = _targets(fractions, m)
+    want = share_counts(fractions, m)
     lam = np.zeros(n_tiers)
     lam[want == 0] = np.inf
     used = np.flatnonzero(want > 0)
@@ -124,9 +213,12 @@ def prices_for_shares(p_cal: np.ndarray, fractions: ArrayLike) -> np.ndarray:
             others = p - lam[None, :]
             others[:, k] = -np.inf
             margin = p[:, k] - others.max(axis=1)
-            srt = np.sort(margin)[::-1]
             nk = int(want[k])
-            lam[k] = (srt[nk - 1] + srt[nk]) / 2.0 if nk < m else srt[-1] - 1.0
+            if nk < m:  # the nk-th and (nk+1)-th largest margins: a partition, not a sort (this runs per policy)
+                part = np.partition(margin, (m - nk - 1, m - nk))
+                lam[k] = (part[m - nk - 1] + part[m - nk]) / 2.0
+            else:
+                lam[k] = float(margin.min()) - 1.0
         got = np.bincount(route(p, lam), minlength=n_tiers)
         if np.abs(got - want).max() <= 1:
             break

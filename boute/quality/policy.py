@@ -12,7 +12,9 @@ thresholds to live prompts), and the held-out queries then show the shares a tie
 can differ from the requested fractions by sampling noise. That difference is reported, not hidden.
 
 Preroute: the router score ``d`` orders queries; tier k serves ``t[k-1] < d <= t[k]`` (``t[-1] = -inf``,
-``t[N-1] = +inf``). Cascade: tier 0 answers every query; the verifier's confidence ``v_k`` in tier k's
+``t[N-1] = +inf``). That is the ladder; a model built with ``router_kind="multi"`` pre-routes by the multi
+router instead (tier = argmax_k p_k - lambda_k, prices cut on the same calibration prompts), behind the one
+interface of :mod:`boute.quality.preroute`. Cascade: tier 0 answers every query; the verifier's confidence ``v_k`` in tier k's
 answer accepts it when ``v_k >= theta_k``, otherwise the query moves to tier k+1 (each hop costs one judge
 call and one more generation); the last tier always answers.
 
@@ -36,6 +38,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from boute.quality.confidence import DEFAULT_LEVEL, lower_bound, mean_and_se
+from boute.quality.preroute import LadderRouting, PreRouting, cum_index, cut, midpoints
 
 MODES = ("preroute", "cascade")
 #: what scores a cascade's answers: the offline verifier, or an LLM judge whose scores the profile recorded
@@ -50,12 +53,14 @@ class PolicyResult:
     shares: np.ndarray  # fraction of queries whose final answer comes from each tier (sums to 1)
     visits: np.ndarray  # fraction of queries each tier processes (== shares for preroute)
     judge_calls: float  # judge calls per query (0 for preroute)
-    thresholds: np.ndarray  # score thresholds equivalent to the fractions (len n_tiers - 1)
+    thresholds: np.ndarray  # score thresholds equivalent to the fractions (len n_tiers - 1; empty for multi)
     #: held-out mean quality (``quality`` is this, or ``bound`` when the floor holds on the bound)
     mean: float | None = None
     se: float = 0.0  # standard error of ``mean``
     bound: float | None = None  # one-sided lower confidence bound at ``level``
     level: float = DEFAULT_LEVEL
+    #: a multi router's prices equivalent to the fractions (len n_tiers; None for the ladder and cascades)
+    prices: np.ndarray | None = None
 
     def summary(self) -> dict[str, float | None]:
         """The quality figures a plan records: mean, standard error, lower bound and its level."""
@@ -104,37 +109,19 @@ def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
     return [max(float(x), 0.0) / total for x in f]
 
 
-def _cum_index(f: list[float], m: int) -> list[int]:
-    """Calibration sample counts at the cumulative fractions (all but the last, which is m)."""
-    out, c = [], 0.0
-    for x in f[:-1]:
-        c += x
-        out.append(min(max(round(c * m), 0), m))
-    return out
-
-
-def _midpoints(sorted_scores: np.ndarray, descending: bool = False) -> list[float]:
-    """``mid[k]``: a threshold with exactly k calibration scores on the near side (k = 0..m; ends infinite).
-
-    Works for ascending (preroute, ``score <= t``) and descending (cascade, ``score >= t``) order alike.
-    """
-    inner = ((sorted_scores[:-1] + sorted_scores[1:]) / 2.0).tolist()
-    first, last = (math.inf, -math.inf) if descending else (-math.inf, math.inf)
-    return [first, *inner, last]
-
-
 def thresholds_for_fractions(reference_scores: ArrayLike, fractions: ArrayLike) -> np.ndarray:
     """Score cut points that send ``fractions[i]`` of the reference prompts to tier i (pre-route).
 
     The one definition of fractions -> thresholds: the gateway calls it, the optimiser's quality model
-    applies the same :func:`_cut` to its cached midpoints of the same reference. Cut k lies halfway between the
-    reference scores on either side of the cumulative count; 0% or 100% gives an infinite cut.
+    applies the same :func:`~boute.quality.preroute.cut` to its cached midpoints of the same reference. Cut
+    k lies halfway between the reference scores on either side of the cumulative count; 0% or 100% gives an
+    infinite cut.
     """
     ref = np.sort(np.asarray(reference_scores, dtype=np.float64).reshape(-1))
     if ref.size == 0:
         raise ValueError("no reference scores to cut thresholds on")
     f = _check_fractions(fractions, len(np.asarray(fractions).reshape(-1)))
-    return np.array(_cut(_midpoints(ref), f))
+    return np.array(cut(midpoints(ref), f))
 
 
 def cascade_visits(shares: ArrayLike) -> np.ndarray:
@@ -177,11 +164,6 @@ def mix_weights(scores: ArrayLike, edges: Sequence[float], shares: Sequence[floa
     return per_bin[b]
 
 
-def _cut(mid: Sequence[float], f: list[float]) -> list[float]:
-    """The cut points for fractions ``f`` among reference midpoints ``mid``: the rule itself, one copy."""
-    return [float(mid[k]) for k in _cum_index(f, len(mid) - 1)]
-
-
 @dataclass
 class QualityModel:
     """Held-out quality of preroute and cascade policies over ``tiers`` (small -> large).
@@ -209,6 +191,8 @@ class QualityModel:
     hold: str = "mean"
     #: whose scores ``cascade_scores`` are (the verifier's, or a recorded LLM judge's)
     judge: CascadeJudge = CascadeJudge()
+    #: how pre-route policies split prompts (:mod:`boute.quality.preroute`); None: the ladder on ``route_all``
+    prerouting: PreRouting | None = None
 
     def __post_init__(self) -> None:
         n_tiers = len(self.tiers)
@@ -222,28 +206,39 @@ class QualityModel:
         self.n_test = q.shape[0]
         self.tier_quality = q.mean(axis=0)
         self._cal_rows = np.arange(len(self.route_all)) if self.calibration is None else self.calibration
-        self._cal = np.sort(self.route_all[self._cal_rows])
-        self._cal_mid = _midpoints(self._cal)
-        d = self.route_all[self.test_index]
-        order = np.argsort(d, kind="stable")
-        self._d_sorted = d[order].tolist()  # Python lists: bisect + indexing beat numpy calls on scalars
-        # _cum[k][j] = sum of tier k's scores over the j easiest held-out queries
-        cum = np.zeros((n_tiers, self.n_test + 1))
-        cum[:, 1:] = np.cumsum(q[order].T, axis=1)
-        self._cum = cum.tolist()
-        cum2 = np.zeros((n_tiers, self.n_test + 1))  # the same for squared scores: the standard error's
-        cum2[:, 1:] = np.cumsum((q[order] ** 2).T, axis=1)
-        self._cum2 = cum2.tolist()
+        # the ladder on ``route_all`` always: its thresholds are what ``thresholds_for_fractions`` and the
+        # re-plan loop read; pre-route policies come from ``prerouting`` (the ladder itself by default)
+        self._ladder = LadderRouting(self.route_all).bind(self.test_index, q, self._cal_rows)
+        self._pre = (
+            self._ladder if self.prerouting is None else self.prerouting.bind(self.test_index, q, self._cal_rows)
+        )
         self._casc: dict[str, Any] | None = None
 
+    @property
+    def router_kind(self) -> str:
+        """``ladder`` or ``multi``: what splits pre-routed prompts (:mod:`boute.quality.preroute`)."""
+        return "ladder" if self.prerouting is None else self.prerouting.kind
+
+    @property
+    def scorer(self) -> str:
+        """The plan's ``routing.scorer`` for this model's pre-routing (``learned``: the ladder; ``multi``)."""
+        return self._pre.scorer
+
     def _result(
-        self, total: float, total_sq: float, shares: np.ndarray, visits: np.ndarray, judge: float, t: ArrayLike
+        self,
+        total: float,
+        total_sq: float,
+        shares: np.ndarray,
+        visits: np.ndarray,
+        judge: float,
+        t: ArrayLike,
+        prices: np.ndarray | None = None,
     ) -> PolicyResult:
         """A policy result from the sums of the held-out queries' scores and squared scores."""
         mean, se = mean_and_se(total, total_sq, self.n_test)
         bound = lower_bound(mean, se, self.n_test, self.confidence)
         held = bound if self.hold == "bound" else mean
-        return PolicyResult(held, shares, visits, judge, np.asarray(t), mean, se, bound, self.confidence)
+        return PolicyResult(held, shares, visits, judge, np.asarray(t), mean, se, bound, self.confidence, prices)
 
     def with_confidence(self, level: float, hold: str = "mean") -> QualityModel:
         """This model with bounds at ``level``, the floor holding on ``hold`` (``mean`` or ``bound``)."""
@@ -253,28 +248,23 @@ class QualityModel:
 
     # ------------------------------------------------------------------------------- preroute
     def thresholds_for_fractions(self, fractions: ArrayLike) -> np.ndarray:
-        return np.array(_cut(self._cal_mid, _check_fractions(fractions, len(self.tiers))))
+        """The ladder's thresholds for these fractions (on ``route_all``, whatever this model pre-routes with)."""
+        return np.array(self._ladder.thresholds(_check_fractions(fractions, len(self.tiers))))
 
     def fractions_for_thresholds(self, thresholds: ArrayLike) -> np.ndarray:
-        """Share of calibration (all profile) queries each tier gets under these thresholds."""
-        t = np.asarray(thresholds, dtype=np.float64)
-        cum = np.searchsorted(self._cal, t, side="right") / self._cal.shape[0]
-        return np.diff(np.concatenate([[0.0], cum, [1.0]]))
+        """Share of calibration (all profile) queries each tier gets under these ladder thresholds."""
+        return self._ladder.fractions_for(np.asarray(thresholds, dtype=np.float64))
 
     def preroute(self, fractions: ArrayLike) -> PolicyResult:
-        """Quality when tier k serves the queries whose difficulty falls in its quantile band."""
-        return self._preroute(_cut(self._cal_mid, _check_fractions(fractions, len(self.tiers))))
+        """Quality when the fractions split the held-out queries as this model's pre-router does (the ladder:
+        tier k serves the queries whose difficulty falls in its quantile band; multi: argmax p_k - lambda_k)."""
+        r = self._pre.held_out(_check_fractions(fractions, len(self.tiers)))
+        return self._result(r.total, r.total_sq, r.shares, r.shares, 0.0, r.thresholds, r.prices)
 
     def preroute_thresholds(self, thresholds: ArrayLike) -> PolicyResult:
-        return self._preroute(np.maximum.accumulate(np.asarray(thresholds, dtype=np.float64)).tolist())
-
-    def _preroute(self, t: list[float]) -> PolicyResult:
-        n, d = self.n_test, self._d_sorted
-        b = [0, *(bisect.bisect_right(d, x) for x in t), n]
-        total = sum(c[b[k + 1]] - c[b[k]] for k, c in enumerate(self._cum))
-        total_sq = sum(c[b[k + 1]] - c[b[k]] for k, c in enumerate(self._cum2))
-        shares = np.array([(b[k + 1] - b[k]) / n for k in range(len(t) + 1)])
-        return self._result(total, total_sq, shares, shares, 0.0, t)
+        """The ladder at explicit thresholds."""
+        r = self._ladder.at(np.maximum.accumulate(np.asarray(thresholds, dtype=np.float64)).tolist())
+        return self._result(r.total, r.total_sq, r.shares, r.shares, 0.0, r.thresholds)
 
     # ------------------------------------------------------------------------------ mix
     def reweighted(self, row_weights: ArrayLike) -> QualityModel:
@@ -305,6 +295,7 @@ class QualityModel:
             confidence=self.confidence,
             hold=self.hold,
             judge=self.judge,
+            prerouting=self.prerouting,
         )
 
     # -------------------------------------------------------------------------------- cascade
@@ -321,7 +312,7 @@ class QualityModel:
             if len(self.tiers) == 2:  # fast path: held-out queries ordered by confidence, descending
                 order = np.argsort(-v[:, 0], kind="stable")
                 prep["neg_v"] = (-v[order, 0]).tolist()
-                prep["mid_desc"] = _midpoints(np.sort(v_cal[:, 0])[::-1], descending=True)
+                prep["mid_desc"] = midpoints(np.sort(v_cal[:, 0])[::-1], descending=True)
                 q = self.test_scores[order]
                 prep["c0"] = np.concatenate([[0.0], np.cumsum(q[:, 0])]).tolist()
                 prep["c1"] = np.concatenate([[0.0], np.cumsum(q[:, 1])]).tolist()
@@ -353,7 +344,7 @@ class QualityModel:
         if len(self.tiers) == 2:
             f = _check_fractions(fractions, 2)
             mid = self._cascade_prep()["mid_desc"]
-            return self.cascade_at([mid[_cum_index(f, len(mid) - 1)[0]]])
+            return self.cascade_at([mid[cum_index(f, len(mid) - 1)[0]]])
         return self.cascade_at(self.cascade_thresholds(fractions))
 
     def cascade_at(self, theta: ArrayLike) -> PolicyResult:
@@ -388,8 +379,9 @@ class QualityModel:
     ) -> np.ndarray:
         """Tier per request (cascade: the tier whose answer is accepted, i.e. the last one reached).
 
-        Requests carrying a profile prompt (``prompt_index >= 0``) are routed by its score, exactly as the
-        router service would; the others (-1: synthetic lengths) are drawn at random by ``fractions``.
+        Requests carrying a profile prompt (``prompt_index >= 0``) are routed by its score (or, multi, its
+        predicted correctness under the prices), exactly as the router service would; the others (-1:
+        synthetic lengths) are drawn at random by ``fractions``.
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
@@ -400,8 +392,7 @@ class QualityModel:
         out = np.empty(idx.shape[0], dtype=np.int64)
         known = idx >= 0
         if mode == "preroute":
-            t = self.thresholds_for_fractions(f)
-            out[known] = np.searchsorted(t, self.route_all[idx[known]], side="left")
+            out[known] = self._pre.assign(idx[known], f)
         else:
             v = self._cascade_prep()["v_all"]
             out[known] = self._cascade_route(v[idx[known]], self.cascade_thresholds(f))

@@ -76,9 +76,9 @@ def write_plan(
     *,
     verifier_files: Sequence[Path] = (),
 ) -> Path:
-    """Write ``plan`` self-contained (see module doc); ``router_files`` are the learned router's files, the
-    weights file first (what ``routing.router`` names); ``verifier_files`` the cascade verifier's, likewise
-    (what ``routing.verifier`` names)."""
+    """Write ``plan`` self-contained (see module doc); ``router_files`` are the learned router's files (the
+    ladder's or, scorer ``multi``, the multi router's), the weights file first (what ``routing.router``
+    names); ``verifier_files`` the cascade verifier's, likewise (what ``routing.verifier`` names)."""
     path = Path(out)
     pack = _Packer(path)
     spec: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
@@ -89,7 +89,9 @@ def write_plan(
         (quality["profile"],) = pack.add("profile", [scenario.resolve_path(scenario.quality.profile)])
     if router_files:
         bundled = pack.add("router", [Path(f) for f in router_files])
-        quality["router"] = routing["router"] = bundled[0]
+        routing["router"] = bundled[0]
+    if router_files and plan.routing.scorer == "learned":  # the scenario's quality.router is a ladder's file
+        quality["router"] = bundled[0]
     elif _local(scenario.quality.router):
         quality.pop("router")  # the plan names the router it was routed with, not the scenario's input
     if verifier_files:

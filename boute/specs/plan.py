@@ -66,6 +66,11 @@ class Routing(_Frozen):
     LLM judge at the gateway's ``BOUTE_JUDGE_URL`` rating 1-10, read as ``(rating - 1) / 9``. A plan the
     optimiser cut on an LLM judge's recorded scores names that judge's model (``judge_model``): the gateway
     refuses to judge it with another.
+
+    ``scorer: multi`` pre-routes with a multi-model router (``router``, its bundled file): tier(x) = argmax_k
+    p_k(x) - ``prices[k]``, the prices (one per tier, +inf for a tier that gets nothing) being what
+    :func:`boute.quality.multi.prices_for_shares` gives for ``fractions`` on the ``reference`` prompts, the
+    rule the optimiser applied; a plan without them has them computed by that rule.
     """
 
     # a threshold beyond every score (a tier that accepts all or nothing) is +-inf: written as Infinity
@@ -76,7 +81,12 @@ class Routing(_Frozen):
     tiers: list[str] = Field(min_length=1)
     fractions: list[NonNegativeFloat] | None = None
     thresholds: list[float] | None = None
-    scorer: Literal["learned", "length"] | None = Field(None, description="what the thresholds are on")
+    scorer: Literal["learned", "length", "multi"] | None = Field(
+        None, description="what the thresholds (or, multi, the prices) apply to"
+    )
+    prices: list[float] | None = Field(
+        None, description="scorer 'multi': per-tier price lambda_k, tier = argmax p_k - lambda_k (+inf: never)"
+    )
     router: str | None = Field(None, description="trained router file (relative to the plan's folder)")
     reference: str | None = Field(
         None, description="prompts the thresholds were cut on: builtin:NAME or a profile file (relative to the plan)"
@@ -92,19 +102,33 @@ class Routing(_Frozen):
         n = len(self.tiers)
         if len(set(self.tiers)) != n:
             raise ValueError("tiers must be unique")
-        if self.fractions is None and self.thresholds is None:
-            raise ValueError("give fractions or thresholds")
+        if self.fractions is None and self.thresholds is None and self.prices is None:
+            raise ValueError("give fractions, thresholds or (scorer 'multi') prices")
         if self.mode == "preroute":
-            split = self.thresholds is not None or sum(1 for f in self.fractions or [] if f > 0) > 1
+            split = (
+                self.thresholds is not None
+                or self.prices is not None
+                or sum(1 for f in self.fractions or [] if f > 0) > 1
+            )
             if split and self.scorer is None:
                 what = "thresholds need" if self.thresholds is not None else "splitting load between tiers needs"
                 raise ValueError(
-                    f"{what} routing.scorer, the scorer they apply to ('learned' with routing.router, or 'length')"
+                    f"{what} routing.scorer, the scorer they apply to ('learned' or 'multi' with routing.router, "
+                    "or 'length')"
                 )
-            if self.scorer == "learned" and self.router is None:
-                raise ValueError("routing.scorer 'learned' needs routing.router (the trained router file)")
+            if self.scorer in ("learned", "multi") and self.router is None:
+                raise ValueError(f"routing.scorer '{self.scorer}' needs routing.router (the trained router file)")
+            if self.scorer == "multi" and self.thresholds is not None:
+                raise ValueError("routing.scorer 'multi' routes by routing.prices, not thresholds")
             if self.scorer is not None and self.reference is None:
                 raise ValueError("routing.scorer needs routing.reference (the prompts its thresholds are cut on)")
+        if self.prices is not None:
+            if self.mode != "preroute" or self.scorer != "multi":
+                raise ValueError("routing.prices are read with mode 'preroute' and scorer 'multi' only")
+            if len(self.prices) != n:
+                raise ValueError(f"prices needs {n} values (one per tier), got {len(self.prices)}")
+            if any(math.isnan(v) or v == -math.inf for v in self.prices):
+                raise ValueError("prices must be numbers or +inf (a tier never chosen), not NaN or -inf")
         if self.judge is not None:
             if self.mode != "cascade":
                 raise ValueError("routing.judge applies to cascades only (mode: cascade)")

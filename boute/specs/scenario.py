@@ -63,6 +63,12 @@ class QualitySource(_Frozen):
     profile: str = "builtin:gsm8k"
     format: Literal["auto", "routellm-csv", "routerbench", "mtbench-jsonl", "jsonl"] = "auto"
     router: str | None = Field(None, description="trained router file; trained on the fly if absent")
+    router_kind: Literal["ladder", "multi"] = Field(
+        "ladder",
+        description="what pre-routes: 'ladder' (one difficulty score cut by thresholds) or 'multi' (each tier's "
+        "predicted correctness p_k, routed to argmax p_k - lambda_k with prices giving the load fractions); "
+        "both are trained on the fly",
+    )
     judge: Literal["verifier", "llm"] = Field(
         "verifier",
         description="what scores a cascade's answers: the offline verifier, or the LLM judge whose scores the "
@@ -242,6 +248,14 @@ def with_judge(scenario: Scenario, judge: str | None) -> Scenario:
         return scenario
     quality = QualitySource.model_validate({**scenario.quality.model_dump(), "judge": judge})
     return scenario.model_copy(update={"quality": quality})  # (private attributes: source, catalog, are kept)
+
+
+def with_router_kind(scenario: Scenario, kind: str | None) -> Scenario:
+    """The scenario pre-routed by ``kind`` (``ladder`` or ``multi``; None: as is)."""
+    if kind is None:
+        return scenario
+    quality = QualitySource.model_validate({**scenario.quality.model_dump(), "router_kind": kind})
+    return scenario.model_copy(update={"quality": quality})
 
 
 def load_scenario(path: str | Path | None = None) -> Scenario:

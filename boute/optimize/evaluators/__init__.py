@@ -18,7 +18,9 @@ from boute.optimize.evaluators.base import (
     judge_delay_of,
     llm_judge_of,
     policy_of,
+    router_files_of,
     router_of,
+    scorer_of,
     verifier_of,
 )
 from boute.optimize.evaluators.fast import FastEvaluator
@@ -38,6 +40,8 @@ __all__ = [
     "judge_delay_of",
     "llm_judge_of",
     "policy_of",
+    "router_files_of",
     "router_of",
+    "scorer_of",
     "verifier_of",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -122,6 +123,8 @@ class EvalResult:
     capacity_rps: float | None = None
     thresholds: tuple[float, ...] | None = None
     extra: EvalDetail = field(default_factory=EvalDetail)
+    #: a multi router's prices for the plan's fractions (its cut, as ``thresholds`` are the ladder's)
+    prices: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.extra, EvalDetail):  # a stored object is read by from_dict, never passed as is
@@ -136,13 +139,18 @@ class EvalResult:
         d = asdict(self)
         d["thresholds"] = list(self.thresholds) if self.thresholds is not None else None
         d["extra"] = self.extra.to_dict()
+        if self.prices is None:  # rows without prices read as before in earlier versions
+            del d["prices"]
+        else:
+            d["prices"] = list(self.prices)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EvalResult:
         d = dict(d)
-        if d.get("thresholds") is not None:
-            d["thresholds"] = tuple(d["thresholds"])
+        for k in ("thresholds", "prices"):
+            if d.get(k) is not None:
+                d[k] = tuple(float(v) for v in d[k])
         d["extra"] = EvalDetail.from_dict(d.get("extra"))
         return cls(**d)
 
@@ -188,23 +196,29 @@ def candidate_plan(
     router: str | None = None,
     verifier: str | None = None,
     judge_model: str | None = None,
+    *,
+    scorer: str = "learned",
+    prices: tuple[float, ...] | list[float] | None = None,
 ) -> Plan:
     """The plan for a candidate. Pre-route: ``router`` is the learned router file whose scores split the load
-    (:func:`router_of`). Cascade: ``verifier`` is the verifier file whose scores ``thresholds`` were cut on
-    (:func:`verifier_of`), or ``judge_model`` the LLM judge whose recorded scores they were cut on
-    (:func:`llm_judge_of`); the plan names it as its judge (a cascade needs no router). Tiers with zero load
-    and no replicas stay in routing."""
+    (:func:`router_of`), ``scorer`` what it is (``learned``: the ladder, cut by ``thresholds``; ``multi``: the
+    multi router, cut by ``prices``; :func:`scorer_of`). Cascade: ``verifier`` is the verifier file whose
+    scores ``thresholds`` were cut on (:func:`verifier_of`), or ``judge_model`` the LLM judge whose recorded
+    scores they were cut on (:func:`llm_judge_of`); the plan names it as its judge (a cascade needs no
+    router). Tiers with zero load and no replicas stay in routing."""
     cut = None if thresholds is None else [float(v) for v in thresholds]
     cascade = mode == "cascade"
     llm = cascade and judge_model is not None and cut is not None
     judged = cascade and (verifier is not None or llm) and cut is not None
     routed = not cascade and router is not None
+    priced = routed and scorer == "multi"
     routing = Routing(
         mode=mode,
         tiers=[t.name for t in scenario.tiers],
         fractions=list(cand.fractions),
-        thresholds=cut,
-        scorer="learned" if routed else None,
+        thresholds=None if priced else cut,
+        prices=[float(v) for v in prices] if priced and prices is not None else None,
+        scorer=scorer if routed else None,
         router=router if routed else None,
         reference=scenario.quality.profile if routed else None,
         judge=("llm" if llm else "verifier") if judged else None,
@@ -217,6 +231,22 @@ def candidate_plan(
 def router_of(model: QualityModel | None) -> str | None:
     """The learned router file a quality model routes with (None for a model without one)."""
     return None if model is None else model.info.get("router_path")
+
+
+def scorer_of(model: QualityModel | None) -> str:
+    """The plan's ``routing.scorer`` for a quality model's pre-routing: ``learned`` (the ladder) or ``multi``."""
+    return "learned" if model is None else model.scorer
+
+
+def router_files_of(model: QualityModel | None) -> list[Path]:
+    """Every file of the router a quality model pre-routes with (weights first): what a plan bundles."""
+    if model is None or not model.info.get("router_path"):
+        return []
+    if "router_files" in model.info:
+        return [Path(f) for f in model.info["router_files"]]
+    from boute.quality.router import router_files  # a model built without the list: a ladder router's file
+
+    return router_files(model.info["router_path"])
 
 
 def verifier_of(model: QualityModel | None) -> str | None:

@@ -89,6 +89,7 @@ class FastEvaluator:
             mean_latency_s=float(res.mean_latency_s) if res.stable else None,
             capacity_rps=float(res.capacity_rps),
             thresholds=floats(pol.thresholds),
+            prices=floats(pol.prices) if pol.prices is not None else None,
             extra=EvalDetail(
                 tier_shares=floats(pol.shares),
                 quality=pol.summary(),

@@ -23,6 +23,7 @@ from boute.optimize.evaluators.base import (
     judge_delay_of,
     policy_of,
     router_of,
+    scorer_of,
 )
 from boute.optimize.space import Candidate
 from boute.quality.policy import QualityModel
@@ -61,7 +62,9 @@ class SimEvaluator:
         route = self.quality_model.assign(
             self.workload.prompt_index, np.asarray(cand.fractions), mode=self.mode, seed=self.seed
         )
-        plan = candidate_plan(self.scenario, cand, self.mode, router=router_of(self.quality_model))
+        plan = candidate_plan(
+            self.scenario, cand, self.mode, router=router_of(self.quality_model), scorer=scorer_of(self.quality_model)
+        )
         run = simulate(plan, self.scenario, self.workload, route, seed=self.seed, judge_delay_s=self.judge_delay_s)
         summary = run.summary()
         sent = len(self.workload.arrival_s)
@@ -79,6 +82,7 @@ class SimEvaluator:
             p50_latency_s=float(summary["p50_latency_s"]),
             mean_latency_s=float(summary["mean_latency_s"]),
             thresholds=floats(pol.thresholds),
+            prices=floats(pol.prices) if pol.prices is not None else None,
             extra=EvalDetail(
                 tier_shares=floats(pol.shares),
                 quality=pol.summary(),
