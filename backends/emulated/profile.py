@@ -76,8 +76,11 @@ def pieces(text: str) -> tuple[str, ...]:
     return tuple(token_pieces(text))
 
 
+@lru_cache(maxsize=16384)
 def count_tokens(text: str) -> int:
-    """Prompt tokens, by the simulator's counter (at least 1)."""
+    """Prompt tokens, by the simulator's counter (at least 1). Memoised: WordPiece takes ~1.1 ms of CPU for a
+    2,000-character RouterBench prompt, on the event loop that also times the replica's iterations, and a
+    replay repeats its held-out prompts."""
     from boute.workload.tokens import count_tokens as counted
 
     return max(1, int(counted([text])[0]))
