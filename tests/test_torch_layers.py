@@ -26,8 +26,9 @@ def test_layer_timings_scale_with_the_work() -> None:
     assert [t.phase for t in timings] == ["prefill"] * len(QUICK_PREFILL) + ["decode"] * len(QUICK_DECODE)
     assert all(t.ms > 0 for t in timings)
     prefill = {(t.batch, t.tokens): t.ms for t in timings if t.phase == "prefill"}
-    # 4x the prompt tokens is clearly more work than 1x (GEMM time grows with tokens)
-    assert prefill[(1, 128)] > 1.5 * prefill[(1, 32)]
+    # 4x the prompt tokens is more work than 1x (GEMM time grows with tokens). Wall medians: quiet, the ratio
+    # is ~2; beside two real SGLang replicas in the same suite it fell to 1.23, so only the order is asserted
+    assert prefill[(1, 128)] > prefill[(1, 32)]
     points = to_points(timings, MODEL, GPU)
     assert {p.metric for p in points} == {"ttft_ms", "tpot_ms"} and len(points) == len(timings)
 
