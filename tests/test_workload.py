@@ -182,3 +182,18 @@ def test_the_replayed_stream_carries_held_out_prompts_only(sc) -> None:  # type:
     assert not set(whole.prompt_index.tolist()) <= set(rows.tolist())
     with pytest.raises(ValueError, match="profile rows"):
         replay_workload(sc, np.asarray([5000]), rate_rps=5, duration_s=10)
+
+
+def test_verify_replays_held_out_prompts_whatever_the_length_source() -> None:
+    """``boute verify``'s requests carry held-out prompts: the replayed stream's own rows where its lengths are
+    the profile's, a draw from the held-out rows where they are not (long-prompt: the trace's lengths, so the
+    workload's requests carry no profile row)."""
+    from boute.quality import quality_model_for
+    from boute.quality.build import profile_for
+    from boute.serving.verify import build_requests
+
+    for ref in (None, "experiments/scenarios/long-prompt.yaml"):
+        s = load_scenario(ref)
+        qm = quality_model_for(s)
+        req = build_requests(s, profile_for(s), qm.test_index, duration_s=20)
+        assert set(req.rows.tolist()) <= set(qm.test_index.tolist()) and len(set(req.rows.tolist())) > 50

@@ -62,6 +62,8 @@ def build_requests(
         scenario, np.asarray(held_out, dtype=np.int64), duration_s=duration_s, rate_rps=rate_rps, seed=seed
     )
     rows = w.prompt_index
+    if (rows < 0).any():  # lengths not from the profile (a trace's, synthetic): its prompts carry no row
+        rows = np.random.default_rng(seed).choice(np.asarray(held_out, dtype=np.int64), size=len(rows))
     models = tuple(t.quality_model or t.name for t in scenario.tiers)
     answered = all(m in profile.responses for m in models)
     out_len = None
