@@ -15,12 +15,24 @@ N load fractions per tier, mapped to N-1 prices as the ladder maps them to N-1 t
 fixed, this assignment maximises the summed predicted correctness (the prices are the dual variables of
 the per-tier capacity constraints of that assignment problem).
 
-Prices for given shares (:func:`prices_for_shares`): coordinate ascent on the dual. For tier k, its margin
-on prompt i is ``p_ik - max_{j != k} (p_ij - lambda_j)``; tier k wins exactly the prompts whose margin
-exceeds lambda_k, so setting lambda_k halfway between the n_k-th and (n_k+1)-th largest margins gives it
-n_k prompts. Sweeping the tiers until every count is within one of its target converges in a few sweeps
-on the profiles here (N <= 5, about a thousand prompts: well under a millisecond per sweep). A tier with
-share 0 gets price +inf (never chosen).
+Prices for given shares (:func:`prices_for_shares`): coordinate descent on the dual
+
+    g(lambda) = sum_i max_k (p_ik - lambda_k) + sum_k n_k lambda_k,
+
+whose minimisers are exactly the prices under which the n_k prompts per tier maximise the summed predicted
+correctness. For tier k, its margin on prompt i is ``p_ik - max_{j != k} (p_ij - lambda_j)``; tier k wins
+exactly the prompts whose margin exceeds lambda_k, so setting lambda_k halfway between the n_k-th and
+(n_k+1)-th largest margins is the exact minimum of g along lambda_k. Every used tier is updated in a sweep,
+the first one too, and the prices are then shifted so that the first used tier's is 0 (only differences
+matter). Updating the anchor matters: it is the move of all the other prices together, and without it the
+descent stalls on g's kinks (a piecewise-linear g has points where no single other price improves it):
+RouterBench's 3-tier predictions with random shares needed a median 7 and a p99 of 130+ sweeps, some not
+converging in 200; with it, a median 3 and at most 5. Sweeps stop when every count equals its target, or
+when a sweep leaves the prices where they were (prompts with identical predictions cannot be split by any
+price: the counts then stay as near as those ties allow), or after ``MAX_SWEEPS``. With exact counts the
+calibration prompts' assignment is the assignment problem's optimum, unique for predictions in general
+position, so the result does not depend on where the descent started. A tier with share 0 gets price +inf
+(never chosen). About 0.1 ms a sweep for a thousand prompts and N <= 5.
 
 Scoring one live prompt costs the ladder's embedding plus N dot products: proxy speed.
 
@@ -196,9 +208,11 @@ def share_counts(fractions: ArrayLike, m: int) -> np.ndarray:
     return n
 
 
-def prices_for_shares(p_cal: np.ndarray, fractions: ArrayLike) -> np.ndarray:
+def prices_for_shares(p_cal: np.ndarray, fractions: ArrayLike, start: ArrayLike | None = None) -> np.ndarray:
     """Prices lambda (len N, lambda of the first used tier 0) giving ``fractions`` of ``p_cal``'s prompts to
-    each tier under :func:`route` (module doc: coordinate ascent on the assignment dual)."""
+    each tier under :func:`route` (module doc: coordinate descent on the assignment dual). ``start``: prices
+    to descend from (a nearby policy's: one or two sweeps instead of three or four from zero); entries of
+    tiers unused here or not finite are ignored."""
     p = np.asarray(p_cal, np.float64)
     m, n_tiers = p.shape
     want = share_counts(fractions, m)
@@ -207,19 +221,31 @@ def prices_for_shares(p_cal: np.ndarray, fractions: ArrayLike) -> np.ndarray:
     used = np.flatnonzero(want > 0)
     if used.size == 1:
         return lam
-    free = used[1:]  # the first used tier's price anchors the others (only differences matter)
+    q, n = p[:, used], want[used]  # a tier priced +inf never wins: only the used ones take part
+    cols = [np.ascontiguousarray(q[:, j]) for j in range(used.size)]  # 1-D columns: the sweep's fast path
+    mu = np.zeros(used.size)
+    if start is not None:
+        s0 = np.asarray(start, np.float64).reshape(-1)[used]
+        if np.isfinite(s0).all():
+            mu = s0 - s0[0]
     for _ in range(MAX_SWEEPS):
-        for k in free:
-            others = p - lam[None, :]
-            others[:, k] = -np.inf
-            margin = p[:, k] - others.max(axis=1)
-            nk = int(want[k])
+        before = mu.copy()
+        for j in range(used.size):
+            rival: np.ndarray | None = None  # max_{i != j} (p_i - mu_i)
+            for i in range(used.size):
+                if i != j:
+                    x = cols[i] - mu[i]
+                    rival = x if rival is None else np.maximum(rival, x, out=rival)
+            assert rival is not None
+            margin = cols[j] - rival
+            nk = int(n[j])
             if nk < m:  # the nk-th and (nk+1)-th largest margins: a partition, not a sort (this runs per policy)
                 part = np.partition(margin, (m - nk - 1, m - nk))
-                lam[k] = (part[m - nk - 1] + part[m - nk]) / 2.0
+                mu[j] = (part[m - nk - 1] + part[m - nk]) / 2.0
             else:
-                lam[k] = float(margin.min()) - 1.0
-        got = np.bincount(route(p, lam), minlength=n_tiers)
-        if np.abs(got - want).max() <= 1:
+                mu[j] = float(margin.min()) - 1.0
+        mu -= mu[0]
+        if np.array_equal(np.bincount(route(q, mu), minlength=used.size), n) or np.array_equal(mu, before):
             break
+    lam[used] = mu
     return lam
