@@ -20,6 +20,9 @@ APGR: each option's router trained on its own embeddings, on the seed-0 split, h
 ``boute router eval`` does (GSM8K: 30 % = 396 queries; MT-Bench: 50 % = 80 turns as in bench_quality, and
 30 % = 48 turns, the CLI default), with a paired bootstrap interval of (option - MiniLM) over the
 held-out queries, and the mean over seeded splits 0-4.
+
+This module runs the comparison; the timing helpers are in ``bench.router_timing``, the ONNX model in
+``bench.router_onnx`` and the APGR side in ``bench.router_apgr``.
 """
 
 from __future__ import annotations
