@@ -50,6 +50,10 @@ are kept (a partial run must not erase the sglang-router comparison).
 ``BOUTE_BENCH_BASE_TREE=DIR`` runs the BOute gateway from another checkout's ``router/`` (``DIR/router``) as an
 extra target ``boute_base``, for before/after comparisons in the same interleaved rounds;
 ``BOUTE_BENCH_WRK_ROUNDS`` / ``BOUTE_BENCH_WRK_SECONDS`` override the number and length of rounds.
+
+This module runs the rounds and summarises them; the plans served are in ``bench.gateway_wrk_plans``, the load
+generators in ``bench.gateway_wrk_load``, the proxies' processes in ``bench.gateway_wrk_proxies`` and the
+overload phase in ``bench.gateway_wrk_overload`` (none named ``bench_*``: ``python -m bench`` runs only those).
 """
 
 from __future__ import annotations
@@ -58,92 +62,27 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.bench_gateway import _cpu_s, _pin
-from tests.stack import Stack, free_port, wait_http
+from bench.bench_gateway import _pin
+from bench.gateway_wrk_load import CONNECTIONS, LUA, MAX_TOKENS, loadavg, write_bodies, wrk
+from bench.gateway_wrk_overload import overload
+from bench.gateway_wrk_plans import copy_router, learned_router, length_plan_dict, plan_dict, write_cascade_plan
+from bench.gateway_wrk_proxies import judged_counts, pinning, start_gateway, start_sglang_router, stop_proxy
+from tests.stack import Stack
 
 SPEEDUP = 1000.0
-MAX_TOKENS = 4
-CONNECTIONS = 64
 GOAL = ">= 0.9x sglang-router req/s"
-WRK = shutil.which("wrk") or "/usr/bin/wrk"
 #: the throughput targets, in round order
 TARGETS = ("direct", "boute", "boute_length", "boute_cascade", "boute_base", "sglang_router")
 RESULT = Path(__file__).parent / "results" / "gateway_wrk.json"
-
-#: wrk script: request bodies (one JSON per line, a file named by the first argument after ``--``) are
-#: formatted once per thread in ``init``; ``request`` draws one at random; ``done`` prints a JSON summary
-LUA = r"""
-local reqs, n = {}, 0
-function init(args)
-  local headers = {["Content-Type"] = "application/json"}
-  for line in io.lines(args[1]) do
-    n = n + 1
-    reqs[n] = wrk.format("POST", "/v1/chat/completions", headers, line)
-  end
-  math.randomseed(os.time() * 1000 + tonumber(args[2] or "0"))
-end
-function request()
-  return reqs[math.random(n)]
-end
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'WRKJSON {"requests":%d,"duration_us":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,' ..
-    '"non_2xx":%d,"timeouts":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,"p999_us":%d,"max_us":%d,"mean_us":%.1f}\n',
-    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency:percentile(99.9),
-    latency.max, latency.mean))
-end
-"""
-
-
-def plan_dict(router: Path) -> dict[str, Any]:
-    """Two tiers, learned scorer, half the GSM8K reference to each: every request is scored. The router's
-    files are the plan's artifacts (copied beside the plan by :func:`_copy_router`, hashes checked on load)."""
-    from boute.quality.router import load_router
-    from boute.specs.io import sha256_file
-
-    files = load_router(router).files()
-    plan = plan_dict_base()
-    plan["routing"].update(scorer="learned", router=router.name)
-    plan["artifacts"] = [{"path": f.name, "sha256": sha256_file(f)} for f in files]
-    return plan
-
-
-def plan_dict_base() -> dict[str, Any]:
-    """Two tiers on H100s, half the load each; the scorer is set by the callers."""
-    return {
-        "scenario": "builtin:paper-gsm8k",
-        "routing": {
-            "mode": "preroute",
-            "tiers": ["small", "large"],
-            "fractions": [0.5, 0.5],
-            "reference": "builtin:gsm8k",
-        },
-        "deployment": [
-            {"tier": "small", "model": "llama-3.1-8b", "gpu": "h100-sxm", "count": 1},
-            {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4},
-        ],
-    }
-
-
-def length_plan_dict() -> dict[str, Any]:
-    """The same plan with ``routing.scorer: length`` (prompt-length CDF): the gateway without a model."""
-    plan = plan_dict_base()
-    plan["routing"].update(scorer="length")
-    return plan
 
 
 def wanted_targets() -> frozenset[str] | None:
@@ -156,231 +95,6 @@ def wanted_targets() -> frozenset[str] | None:
     if unknown:
         raise SystemExit(f"BOUTE_BENCH_WRK_TARGETS: unknown target(s) {sorted(unknown)} (known: {', '.join(TARGETS)})")
     return names
-
-
-def cascade_verifier() -> Path:
-    """The static verifier the optimiser scores paper-gsm8k cascades with (its quality model's, trained once
-    and cached): the file a cascade plan from ``boute optimize --mode cascade`` would bundle."""
-    from boute.optimize.evaluators.base import verifier_of
-    from boute.quality.build import quality_model_for
-    from boute.specs import load_scenario
-
-    model = quality_model_for(load_scenario("builtin:paper-gsm8k"))
-    assert model.cascade_scores is not None  # two tiers: a cascade model
-    model.cascade_scores()  # trains and saves the verifier unless a cached one is there
-    path = verifier_of(model)
-    assert path is not None
-    return Path(path)
-
-
-def half_threshold(stack: Stack, verifier: Path, prompts: list[str]) -> float:
-    """The verifier score that escalates half of ``prompts``: the median of its scores on the answers tier 0's
-    replica gives them (its own responder, at ``MAX_TOKENS``), i.e. the texts the gateway's judge will read."""
-    from backends.emulated.launch import replica_configs
-    from backends.emulated.profile import Responder
-    from boute.quality.judges import load_verifier
-    from boute.specs import load_scenario
-
-    small = replica_configs(stack.plan, load_scenario(None))[0]  # the plan lists tier 0's replica first
-    responder = Responder(small)
-    answers = ["".join(responder.answer(p, MAX_TOKENS)[0]) for p in prompts]
-    return float(np.median(load_verifier(verifier).score(prompts, answers)))
-
-
-def write_cascade_plan(stack: Stack, out: Path) -> float:
-    """The bench plan's two replicas as a verifier-judged cascade, bundled beside ``out``; returns its
-    threshold (:func:`half_threshold`)."""
-    from boute.quality.judges import verifier_files
-    from boute.quality.profiles import load_profile
-    from boute.serving.bundle import write_plan
-    from boute.specs import load_scenario
-    from boute.specs.plan import Plan
-
-    verifier = cascade_verifier()
-    threshold = half_threshold(stack, verifier, list(load_profile("builtin:gsm8k").prompts))
-    plan = plan_dict_base()
-    plan["routing"] = {
-        "mode": "cascade",
-        "tiers": ["small", "large"],
-        "fractions": [0.5, 0.5],
-        "judge": "verifier",
-        "verifier": verifier.name,
-        "thresholds": [threshold],
-    }
-    scenario = load_scenario("builtin:paper-gsm8k")
-    write_plan(Plan.model_validate(plan), out, scenario, verifier_files=verifier_files(verifier))
-    return threshold
-
-
-def judged_counts(url: str) -> tuple[float, float]:
-    """(requests answered, escalations) so far, from a gateway's /metrics."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    requests = escalations = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "boute_requests_total":
-                requests += sample.value
-            elif sample.name == "boute_escalations_total":
-                escalations += sample.value
-    return requests, escalations
-
-
-def learned_router() -> Path:
-    """A static-embedding router trained on builtin:gsm8k, trained once and cached (training distils the
-    embedding table on first use: minutes; later: seconds)."""
-    from boute.quality.embed import default_cache_dir
-
-    out = default_cache_dir() / "bench" / "gateway_wrk" / "router.npz"
-    if not (out.is_file() and Path(str(out) + ".json").is_file()):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "boute.cli.main",
-            "router",
-            "train",
-            "--profile",
-            "builtin:gsm8k",
-            "--out",
-            str(out),
-        ]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return out
-
-
-def _copy_router(src: Path, dest_dir: Path) -> None:
-    """Copy the router's files beside the plan (a plan's router path is relative to its folder)."""
-    from boute.quality.router import load_router
-
-    for f in load_router(src).files():
-        shutil.copy2(f, dest_dir / f.name)
-
-
-def write_bodies(path: Path, max_tokens: int = MAX_TOKENS, limit: int | None = None) -> int:
-    """Chat bodies, one per line, one per GSM8K prompt (the profile behind boute/data/routellm/gsm8k_*.csv)."""
-    import orjson
-
-    from boute.quality.profiles import load_profile
-
-    prompts = list(load_profile("builtin:gsm8k").prompts)[:limit]
-    with open(path, "wb") as fh:
-        for p in prompts:
-            body = {"model": "boute", "messages": [{"role": "user", "content": p}], "max_tokens": max_tokens}
-            fh.write(orjson.dumps(body) + b"\n")
-    return len(prompts)
-
-
-def _affinity(cpus: set[int] | None) -> Callable[[], None] | None:
-    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-
-
-def _loadavg() -> list[float]:
-    with open("/proc/loadavg") as fh:
-        return [float(x) for x in fh.read().split()[:3]]
-
-
-def wrk(
-    url: str, script: Path, bodies: Path, seconds: float, watch: dict[str, int], cpus: set[int] | None, seed: int = 0
-) -> dict[str, Any]:
-    """One wrk run; CPU of the ``watch`` processes (and wrk's own) over it, per completed request."""
-    cmd = [WRK, "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script), url]
-    cmd += ["--", str(bodies), str(seed)]
-    cpu0 = {k: _cpu_s(p) for k, p in watch.items()}
-    load0 = _loadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_affinity(cpus))
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    cpu = {k: _cpu_s(p) - cpu0[k] for k, p in watch.items()}
-    line = next((ln for ln in out.splitlines() if ln.startswith("WRKJSON ")), None)
-    if proc.returncode != 0 or line is None:
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        raise RuntimeError(f"wrk failed ({proc.returncode}): {out[-500:]} {err[-500:]}")
-    w = json.loads(line.removeprefix("WRKJSON "))
-    n = max(1, w["requests"])
-    dur = w["duration_us"] / 1e6
-    row: dict[str, Any] = {
-        "requests": w["requests"],
-        "req_per_s": round(w["requests"] / dur, 1),
-        "latency_p50_ms": round(w["p50_us"] / 1e3, 2),
-        "latency_p90_ms": round(w["p90_us"] / 1e3, 2),
-        "latency_p99_ms": round(w["p99_us"] / 1e3, 2),
-        "latency_max_ms": round(w["max_us"] / 1e3, 2),
-        "errors": w["connect_errors"] + w["read_errors"] + w["write_errors"] + w["timeouts"],
-        "non_2xx": w["non_2xx"],
-        "wrk_cpu_us_per_req": round((usage.ru_utime + usage.ru_stime) / n * 1e6, 1),
-        "loadavg_1m_before": load0,
-        "loadavg_1m_after": _loadavg()[0],
-        "wall_s": round(wall, 2),
-    }
-    for k, c in cpu.items():
-        row[f"{k}_cpu_us_per_req"] = round(c / n * 1e6, 1)
-        row[f"{k}_cpu_pct"] = round(100 * c / dur, 1)
-    return row
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def start_gateway(
-    stack: Stack, cpus: set[int] | None, tree: str | None = None, **env: str
-) -> tuple[str, subprocess.Popen[bytes]]:
-    """A BOute gateway process on the stack's plan/registry (``tree``: run another checkout's ``router/``)."""
-    port = free_port()
-    full_env = {
-        **os.environ,
-        "BOUTE_PLAN": str(stack.plan_file),
-        "BOUTE_BACKENDS": str(stack.backends_file),
-        **env,
-    }
-    log = open(stack.workdir / f"gateway-{port}.log", "wb")  # noqa: SIM115 - lives as long as the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "router", "--port", str(port)],
-        env=full_env,
-        cwd=tree,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=_affinity(cpus),
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/ready", 120, [proc])
-    return url, proc
-
-
-def start_sglang_router(workers: list[str], cpus: set[int] | None) -> tuple[str, subprocess.Popen[bytes]] | None:
-    try:
-        import sglang_router  # noqa: F401
-    except ImportError:
-        return None
-    port = free_port()
-    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *workers, "--port", str(port)]
-    cmd += ["--policy", "round_robin", "--log-level", "error"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_affinity(cpus))
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health", 60, [proc])
-    return url, proc
-
-
-def _pinning() -> tuple[set[int], set[int]] | None:
-    """(proxy CPUs, everything else's CPUs), or None when not pinning."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if os.environ.get("BOUTE_BENCH_PIN", "1") == "0" or len(cpus) < 2:
-        return None
-    return {cpus[-1]}, set(cpus[:-1])
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
@@ -397,7 +111,7 @@ def throughput(
     rounds_n = int(os.environ.get("BOUTE_BENCH_WRK_ROUNDS", rounds_n))
     seconds = float(os.environ.get("BOUTE_BENCH_WRK_SECONDS", seconds))
     stack = Stack.start(plan_dict(router), speedup=SPEEDUP, one_process=True)
-    _copy_router(router, stack.workdir)
+    copy_router(router, stack.workdir)
     procs: list[subprocess.Popen[bytes]] = []
     proxy_cpus, other_cpus = pin if pin else (None, None)
 
@@ -509,7 +223,7 @@ def throughput(
         }
     finally:
         for p in procs:
-            _stop(p)
+            stop_proxy(p)
         stack.stop()
 
 
@@ -529,88 +243,6 @@ def cascade_vs_preroute(rounds: list[dict[str, Any]], summary: dict[str, Any]) -
     }
 
 
-def _open_loop(url: str, rate: float, seconds: float, timeout: float, bodies: Path, cpus: set[int] | None) -> Any:
-    tmp = Path(tempfile.mkdtemp(prefix="boute-ol-"))
-    out = tmp / "out.json"
-    cmd = [sys.executable, "-m", "bench.gateway_load", "--url", url, "--rate", str(rate), "--seconds", str(seconds)]
-    cmd += ["--timeout", str(timeout), "--bodies", str(bodies), "--out", str(out)]
-    subprocess.run(cmd, check=True, timeout=seconds + timeout + 120, preexec_fn=_affinity(cpus))
-    data = json.loads(out.read_text())
-    shutil.rmtree(tmp, ignore_errors=True)
-    return data
-
-
-def overload(quick: bool, router: Path, work: Path, pin: tuple[set[int], set[int]] | None) -> dict[str, Any]:
-    """Offered load ~3x the gateway's capacity (tier capacity set low): 429s promptly, nobody times out."""
-    per_replica = 8
-    seconds = 15.0 if quick else 60.0
-    timeout = 10.0
-    stack = Stack.start(plan_dict(router), speedup=1.0, one_process=True)
-    _copy_router(router, stack.workdir)
-    proxy_cpus, other_cpus = pin if pin else (None, None)
-    gw: subprocess.Popen[bytes] | None = None
-    try:
-        if other_cpus:
-            _pin(stack.replicas[0].pid, other_cpus)
-        url, gw = start_gateway(stack, proxy_cpus, BOUTE_TIER_QUEUE_PER_REPLICA=str(per_replica))
-        bodies = work / "bodies_overload.jsonl"
-        write_bodies(bodies, max_tokens=16)
-        # capacity: the rate of 200s while the tiers' bounds are saturated (offered ~4x a Little's-law guess
-        # from the low-load service time, which overestimates: batches grow and the split is uneven)
-        probe = _open_loop(url, 10.0, 5.0, timeout, bodies, other_cpus)
-        ok_lat = [t for c, t in zip(probe["status"], probe["lat_s"], strict=True) if c == 200]
-        service_s = float(np.median(ok_lat)) if ok_lat else 0.5
-        guess = 2 * per_replica / service_s
-        sat = _open_loop(url, round(4 * guess, 1), 5.0, timeout, bodies, other_cpus)
-        capacity = sum(1 for c in sat["status"] if c == 200) / sat["wall_s"]
-        rate = round(3 * capacity, 1)
-        res = _open_loop(url, rate, seconds, timeout, bodies, other_cpus)
-        status = np.asarray(res["status"])
-        lat = np.asarray(res["lat_s"]) * 1e3
-
-        def pcts(mask: np.ndarray) -> dict[str, float]:
-            v = lat[mask]
-            if not len(v):
-                return {"n": 0}
-            return {
-                "n": int(len(v)),
-                "p50_ms": round(float(np.percentile(v, 50)), 2),
-                "p99_ms": round(float(np.percentile(v, 99)), 2),
-                "max_ms": round(float(v.max()), 2),
-            }
-
-        n = len(status)
-        ok = status == 200
-        shed = status == 429
-        served_rate = ok.sum() / res["wall_s"]
-        return {
-            "tier_queue_per_replica": per_replica,
-            "replicas": 2,
-            "backend_speedup": 1.0,
-            "service_time_p50_ms_low_load": round(service_s * 1e3, 1),
-            "capacity_req_per_s": round(capacity, 1),
-            "offered_req_per_s": rate,
-            "offered_over_capacity": round(rate / capacity, 2),
-            "seconds": seconds,
-            "client_timeout_s": timeout,
-            "requests": n,
-            "share_429": round(float(shed.mean()), 3),
-            "share_200": round(float(ok.mean()), 3),
-            "other_status": {str(int(c)): int((status == c).sum()) for c in set(status.tolist()) - {200, 429}},
-            "client_timeouts_or_errors": int((status == 0).sum()),
-            "served_req_per_s": round(float(served_rate), 1),
-            "latency_429": pcts(shed),
-            "latency_200": pcts(ok),
-            "latency_all_max_ms": round(float(lat.max()), 1) if n else None,
-            "generator_send_lag_p99_ms": round(res["send_lag_p99_ms"], 2),
-            "generator_cpu_pct": round(100 * res["cpu_s"] / res["wall_s"], 1),
-        }
-    finally:
-        if gw is not None:
-            _stop(gw)
-        stack.stop()
-
-
 def previous_results() -> dict[str, Any]:
     """The last full run's results (``bench/results/gateway_wrk.json``), which a partial run keeps."""
     try:
@@ -623,8 +255,8 @@ def previous_results() -> dict[str, Any]:
 
 
 def run(quick: bool = True) -> dict[str, Any]:
-    pin = _pinning()
-    load_before = _loadavg()
+    pin = pinning()
+    load_before = loadavg()
     only = wanted_targets()
     router = learned_router()
     work = Path(tempfile.mkdtemp(prefix="boute-wrk-"))
@@ -639,7 +271,7 @@ def run(quick: bool = True) -> dict[str, Any]:
     host = {
         "cpus": os.cpu_count(),
         "loadavg_before": load_before,
-        "loadavg_after": _loadavg(),
+        "loadavg_after": loadavg(),
         "pinned": bool(pin),
         "note": "shared host: other tenants' jobs run on every CPU; cpu_us_per_req is user+system time of that "
         "process over the run divided by the requests wrk completed (robust to how busy the host is, unlike req/s).",

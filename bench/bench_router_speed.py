@@ -20,6 +20,9 @@ APGR: each option's router trained on its own embeddings, on the seed-0 split, h
 ``boute router eval`` does (GSM8K: 30 % = 396 queries; MT-Bench: 50 % = 80 turns as in bench_quality, and
 30 % = 48 turns, the CLI default), with a paired bootstrap interval of (option - MiniLM) over the
 held-out queries, and the mean over seeded splits 0-4.
+
+This module runs the comparison; the timing helpers are in ``bench.router_timing``, the ONNX model in
+``bench.router_onnx`` and the APGR side in ``bench.router_apgr``.
 """
 
 from __future__ import annotations
@@ -36,230 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.router_apgr import PRIMARY, PROFILES, TIERS, held_out_apgr
+from bench.router_onnx import OnnxMiniLM
+from bench.router_timing import batched, per_prompt, pin_one_core, pool_init, pool_score, sample_prompts, timing_stats
+
 GOAL = {"p50_ms": 1.0, "p99_ms": 3.0, "apgr_within": 0.01}
-PROFILES = {
-    "gsm8k": ("builtin:gsm8k", 0.3),
-    "mt_bench": ("builtin:mt-bench", 0.5),
-    "mt_bench_split30": ("builtin:mt-bench", 0.3),  # the CLI's default split: 48 turns, even noisier
-}
-PRIMARY = ("gsm8k", "mt_bench")  # the goal is judged on these (MT-Bench: 80 turns, as in bench_quality)
-MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
-GPT4 = "gpt-4-1106-preview"
-TIERS = [MIXTRAL, GPT4]
-
-_POOL_ROUTER: Any = None  # the pool worker's router (module level: workers are separate processes)
-
-
-def _pin(cpu: int) -> None:
-    """This process on one core, one thread per library: per-prompt CPU cost, not parallel speed-up."""
-    os.sched_setaffinity(0, {cpu})
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _pool_init(path: str, cpu: int) -> None:
-    global _POOL_ROUTER
-    _pin(cpu)
-    from boute.quality.router import load_router
-
-    _POOL_ROUTER = load_router(path)
-    _POOL_ROUTER.score_one("warm up")
-
-
-def _pool_score(prompt: str) -> tuple[float, int]:
-    """(score, the worker's CPU nanoseconds for it): the main process only waits, the worker computes."""
-    t0 = time.thread_time_ns()
-    s = float(_POOL_ROUTER.score_one(prompt))
-    return s, time.thread_time_ns() - t0
-
-
-# ------------------------------------------------------------------------------------------------ ONNX
-class OnnxMiniLM:
-    """MiniLM through ONNX Runtime with int8 weights (dynamic quantisation), one thread."""
-
-    def __init__(self, workdir: Path) -> None:
-        import onnxruntime as ort
-        import torch
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        from boute.quality.embed import _load
-
-        tok, bert = _load(256, "right")
-        self.tok = tok
-
-        class _Wrap(torch.nn.Module):  # keyword call: transformers 5 changed BertModel's positional order
-            def __init__(self, m: Any) -> None:
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-                return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
-
-        t0 = time.perf_counter()
-        fp32, int8 = workdir / "minilm.onnx", workdir / "minilm.int8.onnx"
-        ids = torch.ones(1, 8, dtype=torch.long)
-        axes = {0: "batch", 1: "seq"}
-        torch.onnx.export(
-            _Wrap(bert).eval(),
-            (ids, ids, torch.zeros_like(ids)),
-            str(fp32),
-            input_names=["input_ids", "attention_mask", "token_type_ids"],
-            output_names=["hidden"],
-            dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "hidden": axes},
-            opset_version=17,
-            dynamo=False,
-        )
-        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
-        self.build_s = time.perf_counter() - t0
-        self.size_mb = int8.stat().st_size / 1e6
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.sess = ort.InferenceSession(str(int8), so, providers=["CPUExecutionProvider"])
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Mean-pooled, unit-norm embeddings (the Embedder's recipe), texts padded to the longest."""
-        encs = self.tok.encode_batch([t if t.strip() else "." for t in texts])
-        width = max(len(e.ids) for e in encs)
-        ids = np.zeros((len(encs), width), np.int64)
-        mask = np.zeros_like(ids)
-        for r, e in enumerate(encs):
-            ids[r, : len(e.ids)], mask[r, : len(e.ids)] = e.ids, 1
-        (hidden,) = self.sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": 0 * ids})
-        m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)
-        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
-
-    def embed_all(self, texts: list[str], batch: int = 16) -> np.ndarray:
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        out = np.zeros((len(texts), 384), np.float32)
-        for s in range(0, len(order), batch):
-            idx = order[s : s + batch]
-            out[idx] = self.embed([texts[i] for i in idx])
-        return out
-
-
-# ------------------------------------------------------------------------------------------------ timing
-def _sample(n_gsm: int, n_mt: int) -> list[str]:
-    from boute.quality.profiles import load_profile
-
-    out: list[str] = []
-    for name, n in (("builtin:gsm8k", n_gsm), ("builtin:mt-bench", n_mt)):
-        ps = load_profile(name).prompts
-        out += [ps[i] for i in np.linspace(0, len(ps) - 1, n).astype(int)]
-    return out
-
-
-def _per_prompt(fn: Any, prompts: list[str]) -> tuple[list[float], list[float]]:
-    """(wall ms, CPU ms) per prompt. CPU = this process's time (every thread: one core, one thread each)
-    plus any CPU nanoseconds ``fn`` returns for work done elsewhere (the pool worker). Wall time also
-    counts the waits while other jobs hold the core; CPU time is the cost of the scoring itself."""
-    wall, cpu = [], []
-    for p in prompts:
-        c0, t0 = time.process_time_ns(), time.perf_counter_ns()
-        r = fn(p)
-        t1, c1 = time.perf_counter_ns(), time.process_time_ns()
-        extra = r[1] if isinstance(r, tuple) else 0
-        wall.append((t1 - t0) / 1e6)
-        cpu.append((c1 - c0 + extra) / 1e6)
-    return wall, cpu
-
-
-def _batched(fn: Any, prompts: list[str], size: int) -> tuple[list[float], list[float]]:
-    """Micro-batching: (wall ms of each request = its batch's time, CPU ms per request = batch CPU / size)."""
-    wall, cpu = [], []
-    for s in range(0, len(prompts), size):
-        chunk = prompts[s : s + size]
-        c0, t0 = time.process_time_ns(), time.perf_counter_ns()
-        fn(chunk)
-        t1, c1 = time.perf_counter_ns(), time.process_time_ns()
-        wall += [(t1 - t0) / 1e6] * len(chunk)
-        cpu += [(c1 - c0) / 1e6 / len(chunk)] * len(chunk)
-    return wall, cpu
-
-
-def _stats(wall: list[float], cpu: list[float]) -> dict[str, Any]:
-    w, c = np.asarray(wall), np.asarray(cpu)
-    p = lambda a, q: round(float(np.percentile(a, q)), 3)  # noqa: E731
-    return {
-        "p50_ms": p(w, 50),
-        "p99_ms": p(w, 99),
-        "cpu_p50_ms": p(c, 50),
-        "cpu_p99_ms": p(c, 99),
-        "cpu_ms_per_prompt": round(float(c.mean()), 3),
-        "n": len(w),
-    }
-
-
-# ------------------------------------------------------------------------------------------------ quality
-def _apgr(profile: Any, route_all: np.ndarray, test: np.ndarray) -> float:
-    from boute.quality.metrics import evaluate
-    from boute.quality.policy import QualityModel
-
-    cols = [profile.models.index(m) for m in TIERS]
-    qm = QualityModel(("small", "large"), profile.scores[np.ix_(test, cols)], test, route_all)
-    return float(evaluate(qm)["summary"]["router"]["apgr"])
-
-
-def _bootstrap(profile: Any, a: np.ndarray, b: np.ndarray, test: np.ndarray, n: int = 300) -> list[float]:
-    """95 % interval of APGR(a) - APGR(b) over resampled held-out queries (paired: same resample)."""
-    rng = np.random.default_rng(0)
-    diffs = []
-    for _ in range(n):
-        t = np.sort(rng.choice(test, len(test), replace=True))
-        try:
-            diffs.append(_apgr(profile, a, t) - _apgr(profile, b, t))
-        except Exception:  # a resample with no quality gap between the tiers: skip it
-            continue
-    return [round(float(np.percentile(diffs, 2.5)), 4), round(float(np.percentile(diffs, 97.5)), 4)]
-
-
-def _quality(embs: dict[str, dict[str, np.ndarray]], statics: Any, workdir: Path, seeds: list[int]) -> dict[str, Any]:
-    """Per profile and option: seed-0 held-out APGR (MiniLM and static through saved routers and
-    ``build_quality_model``, exactly as ``boute router eval``), bootstrap vs MiniLM, mean over seeds."""
-    from boute.quality.build import build_quality_model
-    from boute.quality.profiles import load_profile
-    from boute.quality.router import train_router
-
-    out: dict[str, Any] = {}
-    for key, (name, tf) in PROFILES.items():
-        prof = load_profile(name)
-        res: dict[str, Any] = {"n_test": None, "options": {}}
-        route0: dict[str, np.ndarray] = {}
-        test0 = None
-        for opt, emb in embs[key].items():
-            st = statics if opt == "static" else None
-            per_seed = []
-            for seed in seeds:
-                router, _, test = train_router(prof, TIERS, emb, seed=seed, test_fraction=tf, static=st)
-                if seed == seeds[0]:
-                    test0 = test
-                    if opt in ("minilm", "static"):
-                        path = router.save(workdir / f"{key}-{opt}.npz")
-                        qm = build_quality_model(prof, TIERS, router_path=path)
-                        route0[opt] = qm.route_all
-                    else:
-                        route0[opt] = router.score_embeddings(emb, prof.prompts)
-                per_seed.append(_apgr(prof, router.score_embeddings(emb, prof.prompts), test))
-            res["options"][opt] = {
-                "apgr_seed0": round(_apgr(prof, route0[opt], test0), 4),
-                "apgr_mean_seeds": round(float(np.mean(per_seed)), 4),
-                "apgr_sd_seeds": round(float(np.std(per_seed)), 4),
-            }
-        assert test0 is not None
-        res["n_test"] = len(test0)
-        base = res["options"]["minilm"]
-        for opt, r in res["options"].items():
-            r["delta_seed0"] = round(r["apgr_seed0"] - base["apgr_seed0"], 4)
-            r["delta_mean_seeds"] = round(r["apgr_mean_seeds"] - base["apgr_mean_seeds"], 4)
-            if opt != "minilm":
-                r["delta_seed0_95ci"] = _bootstrap(prof, route0[opt], route0["minilm"], test0)
-        out[key] = res
-    return out
 
 
 def _light_load(router_path: Path) -> dict[str, Any]:
@@ -294,7 +78,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 def _run(quick: bool, workdir: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
     cpu = max(os.sched_getaffinity(0))
-    _pin(cpu)
+    pin_one_core(cpu)
     from boute.quality.embed import Embedder
     from boute.quality.head import shape_row
     from boute.quality.profiles import load_profile
@@ -336,9 +120,9 @@ def _run(quick: bool, workdir: Path) -> dict[str, Any]:
             return float(w.score_embeddings(onnx.embed([p]), [p])[0])
 
         options["minilm_onnx_int8"] = onnx_one
-    pool = ProcessPoolExecutor(1, initializer=_pool_init, initargs=(str(minilm_path), cpu))
-    pool.submit(_pool_score, "warm").result()
-    options["minilm_process_pool"] = lambda p: pool.submit(_pool_score, p).result()
+    pool = ProcessPoolExecutor(1, initializer=pool_init, initargs=(str(minilm_path), cpu))
+    pool.submit(pool_score, "warm").result()
+    options["minilm_process_pool"] = lambda p: pool.submit(pool_score, p).result()
     minilm_settings = minilm_router.metadata["embedder"]
 
     def microbatch(size: int) -> Any:
@@ -346,10 +130,10 @@ def _run(quick: bool, workdir: Path) -> dict[str, Any]:
         enc = Embedder(batch_size=size, max_tokens=minilm_settings["max_tokens"], truncate=minilm_settings["truncate"])
         return lambda chunk: minilm_router.score_embeddings(enc.encode(chunk), chunk)
 
-    prompts = _sample(24, 8) if quick else _sample(120, 40)
+    prompts = sample_prompts(24, 8) if quick else sample_prompts(120, 40)
     rounds = 2 if quick else 3
     for fn in options.values():  # warm-up: first calls load models, fill caches
-        _per_prompt(fn, prompts[:3])
+        per_prompt(fn, prompts[:3])
     names = [*options, "minilm_microbatch_8", "minilm_microbatch_32"]
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu_ms: dict[str, list[float]] = {k: [] for k in names}
@@ -360,17 +144,17 @@ def _run(quick: bool, workdir: Path) -> dict[str, Any]:
         for name in order:
             if name.startswith("minilm_microbatch_"):
                 size = int(name.rsplit("_", 1)[1])
-                w_, c_ = _batched(microbatch(size), prompts, size)
+                w_, c_ = batched(microbatch(size), prompts, size)
             else:
-                w_, c_ = _per_prompt(options[name], prompts)
+                w_, c_ = per_prompt(options[name], prompts)
             wall[name] += w_
             cpu_ms[name] += c_
     pool.shutdown()
     # static on every GSM8K + MT-Bench prompt (cheap), for a p99 from ~1.5k samples
     all_prompts = list(profs["gsm8k"].prompts) + list(profs["mt_bench"].prompts)
-    static_all = _stats(*_per_prompt(options["static"], all_prompts))
-    shape_only = _stats(*_per_prompt(shape_row, all_prompts))
-    embed_only = _stats(*_per_prompt(static.embed_one, all_prompts))
+    static_all = timing_stats(*per_prompt(options["static"], all_prompts))
+    shape_only = timing_stats(*per_prompt(shape_row, all_prompts))
+    embed_only = timing_stats(*per_prompt(static.embed_one, all_prompts))
     c1, t1 = time.process_time(), time.perf_counter()
     static_router.score(all_prompts)
     static_batch = {
@@ -379,7 +163,7 @@ def _run(quick: bool, workdir: Path) -> dict[str, Any]:
         "n": len(all_prompts),
     }
 
-    speed: dict[str, Any] = {name: _stats(wall[name], cpu_ms[name]) for name in names}
+    speed: dict[str, Any] = {name: timing_stats(wall[name], cpu_ms[name]) for name in names}
     for size in (8, 32):
         speed[f"minilm_microbatch_{size}"]["note"] = (
             "latency = the batch's compute time (waiting for the batch to fill is extra); CPU = batch / size"
@@ -391,7 +175,7 @@ def _run(quick: bool, workdir: Path) -> dict[str, Any]:
         r["prompts_per_s_per_core"] = round(1000.0 / r["cpu_ms_per_prompt"], 1)
 
     seeds = [0] if quick else [0, 1, 2, 3, 4]
-    quality = _quality(embs, static, workdir, seeds)
+    quality = held_out_apgr(embs, static, workdir, seeds)
     for name, r in speed.items():
         base = "minilm_onnx_int8" if name == "minilm_onnx_int8" else ("static" if name == "static" else "minilm")
         r["apgr_seed0"] = {k: quality[k]["options"][base]["apgr_seed0"] for k in PROFILES}

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from boute.quality.judges import JUDGE_TIMEOUT_S
+from boute.serving.timeouts import JUDGE_TIMEOUT_S
 
 ENV_PREFIX = "BOUTE_"
 

@@ -105,12 +105,12 @@ def test_caches_never_change_an_answer(sc, paper) -> None:  # type: ignore[no-un
     """The fast path keeps per-scenario catalogs, replica timings and capacities between calls (what makes it
     fast enough for the optimiser's inner loop; its speed is measured by ``make bench``, bench_sim): a sweep
     of splits gives the same answers with warm caches as with cold ones."""
-    from boute.sim import fastpath
+    from boute.sim import load_curves
 
     st = workload_stats(build_workload(sc, rate_rps=100, duration_s=30))
     splits = [[0.5 + i / 100, 0.5 - i / 100] for i in range(20)]
     warm = [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits]
-    for cache in (fastpath._CATALOGS, fastpath._TIMINGS, fastpath._CAPS):
+    for cache in (load_curves._CATALOGS, load_curves._TIMINGS, load_curves._CAPS):
         cache.clear()
     cold = [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits]
     assert cold == warm and len({r.p95_latency_s for r in warm}) > 1  # the splits do change the answer
@@ -140,12 +140,12 @@ def test_least_outstanding_balancing_pools_the_prefill_stages() -> None:
     """The M/M/c over M/M/1 wait ratio: 1 for one replica, 1/3 for two at half load (Erlang C), and it
     shrinks with more replicas; at 40% load on long prompts this is what brought the 2-tier fast path from
     +18% to +12% of the simulated P95 (docs/simulator.md)."""
-    from boute.sim.fastpath import _pooling
+    from boute.sim.queueing import pooling
 
-    assert _pooling(1, 0.5) == 1.0
-    assert _pooling(2, 0.5) == pytest.approx(1 / 3)
-    assert _pooling(6, 0.5) < _pooling(3, 0.5) < _pooling(2, 0.5)
-    assert 0.0 < _pooling(8, 0.99) <= 1.0
+    assert pooling(1, 0.5) == 1.0
+    assert pooling(2, 0.5) == pytest.approx(1 / 3)
+    assert pooling(6, 0.5) < pooling(3, 0.5) < pooling(2, 0.5)
+    assert 0.0 < pooling(8, 0.99) <= 1.0
 
 
 def test_uncertainty_flags_where_the_fast_path_is_weak(sc, paper) -> None:  # type: ignore[no-untyped-def]

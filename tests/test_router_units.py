@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +28,17 @@ def test_settings_env_then_overrides() -> None:
     assert (s.max_inflight, s.redis_url, s.retries) == (7, "redis://x:1/0", 5)
     with pytest.raises(ValueError):
         Settings.from_env({"BOUTE_MAX_INFLIGHT": "-1"})
+
+
+def test_import_router_leaves_the_quality_package_unloaded() -> None:
+    """The gateway's settings take the judge timeout from ``boute.serving.timeouts``: a bare ``import router``
+    once loaded ``boute.quality`` (~0.3 s) for that one number. The profiler's default is the same number."""
+    from boute.quality.judges import JUDGE_TIMEOUT_S
+
+    code = "import sys, router; print(sorted(m for m in ('boute.quality', 'numpy') if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert res.stdout.strip() == "[]"
+    assert Settings().judge_timeout_s == JUDGE_TIMEOUT_S
 
 
 def test_fraction_thresholds_split_reference_as_planned() -> None:

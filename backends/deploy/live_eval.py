@@ -100,8 +100,10 @@ class LiveEvaluator:
                 f"{where}: quality.profile: no recorded responses for {', '.join(missing)}; "
                 "the live evaluator needs a profile with answers (e.g. RouteLLM's CSV), not scores only"
             )
-        idx = self.workload.prompt_index
-        self.prompts = [self.profile.prompts[i] if i >= 0 else "Write a long story." for i in idx]
+        from boute.optimize.replay import replay_conversations
+
+        # what ``boute verify`` sends: a multi-turn query carries its earlier exchange
+        self.messages = replay_conversations(self.profile, self.workload.prompt_index)
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="boute-live-"))
         self._ctl: Any = None
         self._gateway: Any = None
@@ -202,7 +204,7 @@ class LiveEvaluator:
         self._ensure_gateway()
         self._wait_ready()
         deploy_s = time.perf_counter() - t0
-        res = replay(self.gateway_url, self.workload, self.prompts, self.speedup)
+        res = replay(self.gateway_url, self.workload, self.messages, self.speedup)
         m = score(res, self.workload.prompt_index, self.profile, self.columns)
         cost = float(plan_cost(list(cand.deployment), self.scenario))
         failed = 1.0 - m["ok_share"]
@@ -219,8 +221,8 @@ class LiveEvaluator:
             p50_latency_s=m["p50"],
             mean_latency_s=m["mean"],
             extra=EvalDetail(
-                requests=len(self.prompts),
-                failed=int(round(failed * len(self.prompts))),
+                requests=len(self.messages),
+                failed=int(round(failed * len(self.messages))),
                 answered_shares=m["tier_shares"],
                 quality_stderr=m["quality_stderr"],
                 answers_match_profile=m["match"],

@@ -5,6 +5,10 @@ Time compression: with emulated backends running ``speedup`` times faster than m
 come back in model seconds. What does not scale (the gateway's own overhead, HTTP and this machine's CPU)
 is inflated by the same factor; that is the approximation, small while latencies are seconds and
 overheads milliseconds.
+
+What is sent is what ``boute verify`` sends (:func:`boute.serving.verify.replay_messages`): a multi-turn query
+(MT-Bench turn 2) carries its earlier exchange, so the replica prefills as many tokens as the simulator
+counted for it and the live evaluator measures the latency the plan promised.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from boute.quality.profiles import QualityProfile
+from boute.serving.verify import replay_messages
 from boute.workload import Workload
+
+#: a chat conversation as the gateway takes it: ``{"role": ..., "content": ...}`` messages, the query last
+Messages = list[dict[str, str]]
+
+#: what a request with no profile row (``prompt_index == -1``) asks; it asks for its workload output length
+NO_PROFILE_PROMPT = "Write a long story."
 
 
 @dataclass(frozen=True)
@@ -33,7 +45,7 @@ class ReplayResult:
 
 async def _replay(
     base_url: str,
-    prompts: list[str],
+    messages: list[Messages],
     max_tokens: list[int | None],
     send_at: np.ndarray,
     speedup: float,
@@ -41,7 +53,7 @@ async def _replay(
 ) -> ReplayResult:
     import httpx
 
-    n = len(prompts)
+    n = len(messages)
     lat = np.full(n, np.nan)
     status = np.zeros(n, dtype=np.int64)
     tiers: list[str | None] = [None] * n
@@ -54,7 +66,7 @@ async def _replay(
             delay = t0 + send_at[i] - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            body: dict[str, object] = {"model": "boute", "messages": [{"role": "user", "content": prompts[i]}]}
+            body: dict[str, object] = {"model": "boute", "messages": messages[i]}
             if max_tokens[i] is not None:
                 body["max_tokens"] = max_tokens[i]
             start = time.perf_counter()
@@ -73,13 +85,22 @@ async def _replay(
     return ReplayResult(lat, tiers, texts, status, wall)
 
 
+def replay_conversations(profile: QualityProfile, prompt_index: np.ndarray) -> list[Messages]:
+    """The messages of each request: its profile row's, by the one rule ``boute verify`` replays with
+    (:func:`replay_messages`); a request without a row asks :data:`NO_PROFILE_PROMPT`."""
+    return [
+        replay_messages(profile, int(row)) if row >= 0 else [{"role": "user", "content": NO_PROFILE_PROMPT}]
+        for row in prompt_index
+    ]
+
+
 def replay(
-    base_url: str, workload: Workload, prompts: list[str], speedup: float = 1.0, timeout_s: float = 120.0
+    base_url: str, workload: Workload, messages: list[Messages], speedup: float = 1.0, timeout_s: float = 120.0
 ) -> ReplayResult:
-    """Send request i at ``arrival_s[i] / speedup`` (wall) with ``prompts[i]``; requests without a profile
-    prompt (``prompt_index == -1``) ask for their workload output length."""
+    """Send request i at ``arrival_s[i] / speedup`` (wall) with ``messages[i]`` (:func:`replay_conversations`);
+    requests without a profile prompt (``prompt_index == -1``) ask for their workload output length."""
     max_tokens = [
-        None if workload.prompt_index[i] >= 0 else int(workload.output_tokens[i]) for i in range(len(prompts))
+        None if workload.prompt_index[i] >= 0 else int(workload.output_tokens[i]) for i in range(len(messages))
     ]
     send_at = (workload.arrival_s - workload.arrival_s[0]) / speedup
-    return asyncio.run(_replay(base_url, prompts, max_tokens, send_at, speedup, timeout_s))
+    return asyncio.run(_replay(base_url, messages, max_tokens, send_at, speedup, timeout_s))

@@ -31,6 +31,7 @@ from boute.errors import SpecError
 from boute.quality.embed import EmbedOptions
 from boute.quality.head import LinearHead, fit_head, shape_features
 from boute.quality.static_embed import StaticEmbedder, static_from_metadata
+from boute.serving.timeouts import JUDGE_TIMEOUT_S  # defined there for the gateway; importable from here too
 
 VERIFIER_FORMAT = "boute-verifier/1"
 #: how responses are embedded for the verifier: their end, where the final answer is
@@ -47,10 +48,6 @@ def response_tail(text: str) -> str:
     """The part of an answer the static verifier embeds (its end: where the final answer is)."""
     return text[-RESPONSE_TAIL_CHARS:]
 
-
-#: seconds an LLM judge call may take before it scores 0.0 (escalate): the gateway's default
-#: (``BOUTE_JUDGE_TIMEOUT_S``), and the profiler's, so a judge too slow to serve is profiled as failing
-JUDGE_TIMEOUT_S = 10.0
 
 JUDGE_TEMPLATE = (
     "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant "

@@ -1,0 +1,176 @@
+"""Per-replica load curves and least-outstanding balancing over them, cached for the fast path.
+
+The optimiser calls :func:`boute.sim.fastpath.fast_evaluate` thousands of times with the same scenario and
+few replica types, so what depends only on a replica type (its timing table, capacity and the curve of
+outstanding requests, latency terms and prefill wait against its rate) is computed once and interpolated
+afterwards; :func:`balance` splits a tier's rate over its groups on those curves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from boute.catalog import Catalog
+from boute.errors import InfeasibleError
+from boute.perf import replica_perf, scenario_catalog
+from boute.sim.capacity import Lengths, OperatingPoint, capacity_rps, kv_batch, operating_point, prefill_queue
+from boute.sim.engine import group_label
+from boute.sim.timing import ReplicaTiming, build_timing
+from boute.specs.plan import ReplicaGroup
+from boute.specs.scenario import Scenario
+
+# ---- caches: the optimiser calls us thousands of times with the same scenario and few replica types ----
+_CATALOGS: dict[int, tuple[Scenario, Catalog]] = {}
+#: (catalog, timing or why the replica does not fit): the value keeps the catalog alive, so its id in the key
+#: cannot be reused by another catalog while the entry lives
+_TIMINGS: dict[tuple, tuple[Catalog, ReplicaTiming | str]] = {}
+_CAPS: dict[tuple, tuple[float, int]] = {}
+#: replica types kept before every cache is emptied: a timing table holds ~2 MB (one optimisation uses a few
+#: dozen types; a benchmark over hundreds of scenarios would otherwise grow by ~70 MB per scenario)
+MAX_TIMINGS = 192
+
+
+def _forget() -> None:
+    """Empty the caches keyed by a timing's id together with the timings: a freed timing's id may be reused."""
+    _TIMINGS.clear()
+    _CAPS.clear()
+    _LOAD.clear()
+    _TIER.clear()
+
+
+def replica_timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_running: int) -> ReplicaTiming:
+    entry = _CATALOGS.get(id(scenario))
+    if entry is None or entry[0] is not scenario:
+        if len(_CATALOGS) > 16:
+            _CATALOGS.clear()
+        entry = (scenario, scenario_catalog(scenario))
+        _CATALOGS[id(scenario)] = entry
+    cat = entry[1]
+    key = (id(cat), g.model, g.gpu, g.tp, g.pp, g.dtype, chunk, max_running)
+    hit = _TIMINGS.get(key)
+    if hit is None:
+        perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)
+        if len(_TIMINGS) >= MAX_TIMINGS:
+            _forget()
+        hit = _TIMINGS[key] = (cat, build_timing(perf, chunk, max_running) if perf.fits else perf.reason)
+    tm = hit[1]
+    if isinstance(tm, str):
+        raise InfeasibleError(f"{group_label(i, g)} cannot serve its model: {tm}")
+    return tm
+
+
+def capacity_and_slots(tm: ReplicaTiming, ln: Lengths) -> tuple[float, int]:
+    key = (id(tm), ln)
+    hit = _CAPS.get(key)
+    if hit is None:
+        if len(_CAPS) > 65536:
+            _CAPS.clear()
+        hit = _CAPS[key] = (capacity_rps(tm, ln), kv_batch(tm, ln))
+    return hit
+
+
+_RHO_GRID = (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.87, 0.93, 0.97, 0.985, 0.995)
+_LOAD: dict[tuple, tuple[list[float], ...]] = {}
+
+
+def _residence(op: OperatingPoint, mean_out: float) -> float:
+    return 0.5 * op.step_s + op.prefill_s + op.step_s / max(1e-9, 1.0 - op.prefill_share) * (mean_out - 1)
+
+
+def _load_curve(tm: ReplicaTiming, mu: float, ln: Lengths) -> tuple[list[float], ...]:
+    """One replica over a grid of rates up to its capacity (cached per replica type and lengths):
+    outstanding requests (rate x residence, Little), rate, time to first token A (with the wait for the
+    prefill stage), per-token time tau, the prefill wait's variance, the decode-stall variance per token
+    and the prefill stage's utilisation. Evaluations interpolate in it instead of re-solving."""
+    key = (id(tm), ln)
+    hit = _LOAD.get(key)
+    if hit is None:
+        lams = [r * mu for r in _RHO_GRID]
+        ops = [operating_point(tm, x, ln) for x in lams]
+        pqs = [prefill_queue(tm, x, ln, op) for x, op in zip(lams, ops, strict=True)]
+        outs = [
+            x * (_residence(op, ln.mean_out) + q.wait_mean + q.decode_start_wait)
+            for x, op, q in zip(lams, ops, pqs, strict=True)
+        ]
+        for i in range(1, len(outs)):  # guard monotonicity against approximation wiggles
+            outs[i] = max(outs[i], outs[i - 1] + 1e-9)
+        a = [0.5 * op.step_s + op.prefill_s + q.wait_mean + q.decode_start_wait for op, q in zip(ops, pqs, strict=True)]
+        tau = [op.step_s / max(1e-9, 1.0 - op.prefill_share) for op in ops]
+        if len(_LOAD) > 65536:
+            _LOAD.clear()
+        hit = _LOAD[key] = (
+            outs,
+            lams,
+            a,
+            tau,
+            [q.wait_var for q in pqs],
+            [q.stall_var_per_token for q in pqs],
+            [q.work_rho for q in pqs],
+            [q.wait_mean for q in pqs],
+            [q.decode_start_wait for q in pqs],
+        )
+    return hit
+
+
+_TIER: dict[tuple, tuple[np.ndarray, np.ndarray, list]] = {}
+_TIER_GRID = 1024
+
+
+def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.ndarray, np.ndarray]:
+    """The tier's total rate at each balancing level c on a fine grid, cached per replica mix.
+
+    It depends only on the groups (not on the offered rate), and the optimiser revisits the same mixes
+    at many rates, so each call of :func:`balance` is then one interpolation instead of a grid search.
+    The rate is piecewise linear and non-decreasing in c, so linear interpolation on the grid is close;
+    the caller rescales the group rates to add up exactly.
+    """
+    key = tuple((float(n), float(mu), id(cv)) for n, mu, cv in zip(counts, mus, curves, strict=True))
+    hit = _TIER.get(key)
+    if hit is None:
+        hi = float(max((cv[0][-1] + 1.0) / mu for mu, cv in zip(mus, curves, strict=True)))
+        cs = np.linspace(0.0, hi, _TIER_GRID)
+        tot = sum(n * np.interp(cs * mu - 1.0, cv[0], cv[1]) for n, mu, cv in zip(counts, mus, curves, strict=True))
+        tot = np.maximum.accumulate(np.asarray(tot, dtype=float))
+        if len(_TIER) > 16384:
+            _TIER.clear()
+        hit = _TIER[key] = (cs, tot, curves)  # keeps the curves alive, so their ids stay unique
+    return hit[0], hit[1]
+
+
+def _at(cv: tuple[list[float], ...], lam: float) -> tuple[float, ...]:
+    """(A, tau, wait variance, stall variance per token, prefill utilisation, mean prefill wait, decode-start
+    wait) at ``lam``."""
+    return tuple(float(np.interp(lam, cv[1], cv[k])) for k in (2, 3, 4, 5, 6, 7, 8))
+
+
+def balance(
+    groups: list[tuple[ReplicaTiming, int, float, int]], lam: float, ln: Lengths
+) -> tuple[list[tuple[float, ...]], list[float]]:
+    """(A, tau, variances, prefill utilisation) and request share of each group under least-outstanding, capacity-weighted balancing.
+
+    The balancer equalises (outstanding + 1) / capacity across replicas, and outstanding = rate x
+    residence (Little), so at a common level ``c`` each replica holds ``c * mu_g - 1`` requests; its rate
+    follows from its (cached, monotone) outstanding-vs-rate curve, and ``c`` is read off the tier's cached
+    rate-vs-level curve so the rates add up to the tier's. Slow replicas hold requests longer and so get less than their
+    capacity share at light load.
+    """
+    total_cap = sum(n * mu for _, n, mu, _ in groups)
+    curves = [_load_curve(tm, mu, ln) for tm, _, mu, _ in groups]
+    if len(groups) == 1:
+        _, n, _, _ = groups[0]
+        cv = curves[0]
+        return [_at(cv, lam / n)], [1.0]
+    mus = np.array([mu for _, _, mu, _ in groups])
+    counts = np.array([n for _, n, _, _ in groups], dtype=float)
+    cs, tot = _tier_curve(counts, mus, curves)
+    c = float(np.interp(lam, tot, cs))
+    lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
+    got = sum(n * x for n, x in zip(counts, lams, strict=True))
+    if float(tot[-1]) < lam or got <= 0:
+        # beyond the curves, or a load so light that the level falls inside the grid's first cell (no replica
+        # holds a request yet): capacity-proportional
+        lams = [lam * mu / total_cap for _, _, mu, _ in groups]
+    else:
+        lams = [x * lam / got for x in lams]
+    at = [_at(cv, x) for x, cv in zip(lams, curves, strict=True)]
+    return at, [n * x / lam for (_, n, _, _), x in zip(groups, lams, strict=True)]
