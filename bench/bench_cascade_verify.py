@@ -13,7 +13,9 @@ router or judge in the gateway) and replays the plan's scenario workload with th
 figures depend on the host: the load average is recorded before and after each verify, since a 2-core
 host that is busy elsewhere delays the emulated replicas' event loops (milliseconds that matter where a
 request takes 0.1 s, as on RouterBench). ``BOUTE_BENCH_VERIFY_CASES=scenario:mode,...`` runs a subset and
-keeps the other cases of the last run as they were (each case records when it ran and the load around it).
+keeps the other cases of the last run as they were (each case records when it ran and the load around it);
+a mode ``preroute+multi`` pre-routes with the multi-model router (``--router multi``, issue 31), on the 3-
+and 4-tier RouterBench scenarios beside the ladder.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ CASES = (
     ("builtin:paper-gsm8k", "preroute"),
     ("experiments/scenarios/mtbench-f81.yaml", "preroute"),
     ("builtin:routerbench-3tier", "preroute"),
+    ("builtin:routerbench-3tier", "preroute+multi"),
+    ("builtin:routerbench-4tier", "preroute"),
+    ("builtin:routerbench-4tier", "preroute+multi"),
 )
 
 
@@ -51,8 +56,9 @@ def _boute(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "boute", *args], cwd=ROOT, capture_output=True, text=True)
 
 
-def _one(scenario: str, mode: str, work: Path) -> dict[str, Any]:
+def _one(scenario: str, case_mode: str, work: Path) -> dict[str, Any]:
     plan = work / "plan.json"
+    mode, _, router = case_mode.partition("+")
     t0 = time.perf_counter()
     opt = _boute(
         "optimize",
@@ -66,13 +72,16 @@ def _one(scenario: str, mode: str, work: Path) -> dict[str, Any]:
         str(plan),
         "--db",
         f"sqlite:///{work / 'boute.db'}",
+        *(("--router", router) if router else ()),
     )
     out: dict[str, Any] = {"optimize_s": round(time.perf_counter() - t0, 1), "optimize_rc": opt.returncode}
     if opt.returncode != 0:
         out["error"] = opt.stderr.strip().splitlines()[-3:]
         return out
     doc = json.loads(plan.read_text())
-    out["routing"] = {k: doc["routing"].get(k) for k in ("mode", "tiers", "fractions", "thresholds", "judge")}
+    out["routing"] = {
+        k: doc["routing"].get(k) for k in ("mode", "tiers", "fractions", "thresholds", "prices", "scorer", "judge")
+    }
     out["predicted"] = doc.get("predicted")
     out["deployment"] = doc.get("deployment")
     out["load_before"] = os.getloadavg()
@@ -119,7 +128,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         for line in r["table"]:
             print("   ", line, flush=True)
     return {
-        "command": "boute optimize --scenario S --mode M --seed 0 --out plan.json; boute verify --plan plan.json --json",
+        "command": "boute optimize --scenario S --mode M [--router R] --seed 0 --out plan.json; "
+        "boute verify --plan plan.json --json",
         "all_ok": all(r["ok"] for r in results.values()),
         "cases": results,
     }

@@ -107,6 +107,44 @@ def test_trained_on_routerbench_routes_by_shares() -> None:
     np.testing.assert_allclose(mr.predict(profile.prompts[:3]), p[:3], atol=1e-9)  # one prompt alone = in a batch
 
 
+def test_item_response_curves_route_out_of_cost_order() -> None:
+    """p_k = sigmoid(a_k + b_k d): a tier whose curve lies below a cheaper one's everywhere is never chosen
+    at equal prices, and two crossing curves split the difficulty axis where they cross (easy prompts to the
+    steep tier, hard ones to the flat one), whatever the tiers' order."""
+    from boute.quality.multi import irt_correctness
+
+    d = np.linspace(0.0, 1.0, 101)
+    calib = np.array([[3.0, -6.0], [1.5, -1.0], [1.0, -1.0]])  # 0 and 1 cross at d = 0.3; 2 below 1 at every d
+    tier = route(irt_correctness(d, calib), np.zeros(3))
+    assert 2 not in tier
+    cross = float(d[np.argmax(tier == 1)])
+    assert (tier[d < cross] == 0).all() and (tier[d >= cross] == 1).all() and abs(cross - 0.3) < 0.011
+
+
+@pytest.mark.skipif(not DATA.is_file(), reason="../shared/data/routerbench/ not present")
+def test_a_format_1_router_still_loads_and_predicts(tmp_path: Path) -> None:
+    """Plans written before the item-response model bundle one independent head per tier: they still load."""
+    import json
+
+    from boute.quality.build import profile_for, tier_models
+    from boute.quality.multi import MultiRouter, load_multi_router
+    from boute.quality.static_embed import load_static
+    from boute.specs.scenario import load_scenario
+
+    sc = load_scenario("builtin:routerbench-3tier")
+    profile = profile_for(sc)
+    models = tier_models(sc, profile)
+    static = load_static()
+    rng = np.random.default_rng(0)
+    dim = static.dim + 7
+    old = MultiRouter(tuple(models), rng.normal(size=(3, dim)) * 0.01, np.zeros(3), np.zeros(7), np.ones(7), static)
+    saved = old.save(tmp_path / "old.npz")
+    assert json.loads((tmp_path / "old.npz.json").read_text())["format"] == "boute-multi-router/1"
+    back = load_multi_router(saved.path)
+    np.testing.assert_allclose(back.predict(profile.prompts[:5]), old.predict(profile.prompts[:5]))
+    assert back.calib is None and back.predict(profile.prompts[:5]).shape == (5, 3)
+
+
 # ------------------------------------------------------------------------------ in plans, the optimiser, the gateway
 @pytest.fixture(scope="module")
 def gsm8k_multi():
@@ -205,7 +243,7 @@ def test_a_multi_plan_round_trips_with_infinite_prices_and_is_refused_when_damag
         load_scorer(r, out.parent, out)
     assert str(out) in str(e.value) and "\n" not in str(e.value)
     meta.write_text(json.dumps({**doc, "format": "boute-router/2"}))  # not a multi router at all
-    with pytest.raises(SpecError, match=r"routing\.router: .*format: expected 'boute-multi-router/1'"):
+    with pytest.raises(SpecError, match=r"routing\.router: .*format: expected 'boute-multi-router/2'"):
         load_scorer(r, out.parent, out)
 
 

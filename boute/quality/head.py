@@ -70,8 +70,9 @@ class LinearHead:
         return (self.proba(x) @ self.classes.astype(np.float64)) / max(top, 1.0)
 
 
-def fit_head(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[LinearHead, float]:
-    """Logistic regression with C picked by 5-fold CV on the training rows; returns (head, chosen C).
+def fit_head(x: np.ndarray, y: np.ndarray, seed: int = 0, c: float | None = None) -> tuple[LinearHead, float]:
+    """Logistic regression with C picked by 5-fold CV on the training rows (or ``c`` as given: a refit on
+    part of the rows at the C chosen on all of them); returns (head, chosen C).
 
     Solver: Newton-CG. The features (embeddings and their products, ~1,200 columns) outnumber a profile's
     training rows, so weakly regularised fits are nearly separable and L-BFGS needs 50-140 iterations
@@ -85,15 +86,15 @@ def fit_head(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[LinearHead, f
     if len(classes) < 2:
         raise SpecError(None, "labels", f"all training queries have the same label ({classes[0]}): nothing to learn")
     folds = int(min(5, counts.min()))
-    best_c, best = 1.0, -np.inf
-    if folds >= 2:
+    best_c, best = (1.0, -np.inf) if c is None else (c, np.inf)
+    if folds >= 2 and c is None:
         cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
         scoring = "roc_auc" if len(classes) == 2 else "neg_log_loss"
-        for c in (0.1, 0.3, 1.0, 3.0, 10.0):
-            model = LogisticRegression(C=c, max_iter=2000, solver="newton-cg")
+        for cand in (0.1, 0.3, 1.0, 3.0, 10.0):
+            model = LogisticRegression(C=cand, max_iter=2000, solver="newton-cg")
             s = cross_val_score(model, x, y, cv=cv, scoring=scoring).mean()
             if s > best + 1e-9:
-                best_c, best = c, s
+                best_c, best = cand, s
     clf = LogisticRegression(C=best_c, max_iter=2000, solver="newton-cg").fit(x, y)
     head = LinearHead(np.asarray(clf.coef_, np.float64), np.asarray(clf.intercept_, np.float64), clf.classes_.copy())
     return head, best_c

@@ -3,9 +3,7 @@
 With N models whose quality is not ordered by cost (RouterBench: Llama-2-70B below Mixtral-8x7B on ARC), a
 single difficulty score cut into N intervals sends a query to the next tier up whether or not that model
 is the one likely to answer it. This router predicts, for each prompt x and tier k, the probability
-``p_k(x)`` that tier k answers it well (one logistic regression per tier on the same features as the
-ladder router: static prompt embedding + the 7 shape features, C by 5-fold CV, trained on the profile's
-training rows), and sends x to
+``p_k(x)`` that tier k answers it well, and sends x to
 
     tier(x) = argmax_k  p_k(x) - lambda_k,      lambda_0 = 0,
 
@@ -14,6 +12,23 @@ thresholds) split over the tiers in the requested load shares. So the optimiser'
 N load fractions per tier, mapped to N-1 prices as the ladder maps them to N-1 thresholds. With shares
 fixed, this assignment maximises the summed predicted correctness (the prices are the dual variables of
 the per-tier capacity constraints of that assignment problem).
+
+The model of ``p_k`` (format ``boute-multi-router/2``): a two-parameter item-response model on one
+learned difficulty,
+
+    d(x) = E[level | x] / (N - 1),        p_k(x) = sigmoid(a_k + b_k d(x)),
+
+where the level head is the ladder router's (multinomial logistic regression on the static prompt embedding +
+the 7 shape features, C by 5-fold CV, label: the smallest tier as good as the best on that query) and each
+tier's ability ``a_k`` and discrimination ``b_k`` are fitted on the training rows' out-of-fold difficulties
+(5-fold cross-fitting, so the calibration sees scores as unseen prompts get them). Tiers whose curves cross
+are routed out of cost order (a tier that is never the best per price is never chosen), which a ladder cannot
+do. Why not one free head per tier (``boute-multi-router/1``, still loaded): on RouterBench's ARC split (713
+training rows) the N independent heads each fit their own noise, and their differences, which are what the
+argmax reads, are mostly that noise: held-out APGR 0.44 (3 tiers) and 0.57 (4 tiers) against the ladder's
+0.50 and 0.65; damped per-tier residuals on top of the shared difficulty lost too (0.43-0.49, 0.57-0.60). The
+item-response model reaches the ladder's APGR (0.505 and 0.654 held out; 0.493 and 0.566 on RouterBench's
+separate test file, the ladder 0.491 and 0.566): the per-query signal on this data is one difficulty.
 
 Prices for given shares (:func:`prices_for_shares`): coordinate descent on the dual
 
@@ -37,7 +52,8 @@ position, so the result does not depend on where the descent started. A tier wit
 Scoring one live prompt costs the ladder's embedding plus N dot products: proxy speed.
 
 Files (what a plan bundles, as for the ladder router, :mod:`boute.quality.router`): ``<out>`` the weights
-(``.npz``: the N heads stacked, ``coef`` (N, d), ``intercept`` (N,), and the shape standardisation), the static
+(``.npz``: the level head ``coef`` (K, d), ``intercept`` (K,), ``classes`` (K,), the per-tier ``calib`` (N, 2)
+and the shape standardisation; format /1: the N heads stacked, no ``calib``), the static
 embedder's table and tokenizer beside it, and ``<out>.json``: metadata (format ``boute-multi-router/1``, tiers,
 split, embedder) with every other file's sha256, so :func:`load_multi_router` refuses a missing or altered one.
 """
@@ -63,19 +79,27 @@ from boute.quality.static_embed import StaticEmbedder, static_from_metadata
 from boute.specs.io import sha256_file, write_atomic
 
 MAX_SWEEPS = 200
-MULTI_FORMAT = "boute-multi-router/1"
+MULTI_FORMAT = "boute-multi-router/2"
+MULTI_FORMATS = (MULTI_FORMAT, "boute-multi-router/1")  # /1: one independent head per tier
+CV_FOLDS = 5
 TABLE_SUFFIX, TOK_SUFFIX = ".static.npy", ".tokenizer.json"
 
 
 @dataclass(frozen=True)
 class MultiRouter:
-    """One logistic head per tier on static embeddings + standardised shape features."""
+    """Per-tier predicted correctness from one linear layer on static embeddings + standardised shape features.
+
+    ``calib`` (N, 2) set: the item-response model of the module doc (``coef`` is the level head, K levels,
+    ``classes`` their values); ``calib`` None: format /1, one binary head per tier (row k of ``coef``)."""
 
     tiers: tuple[str, ...]
-    heads: tuple[LinearHead, ...]
+    coef: np.ndarray
+    intercept: np.ndarray
     feat_mean: np.ndarray
     feat_std: np.ndarray
     static: StaticEmbedder
+    classes: np.ndarray | None = None
+    calib: np.ndarray | None = None
     good_threshold: float = 0.5
     metadata: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None  # set once saved or loaded: then :meth:`files` lists what a bundle copies
@@ -85,10 +109,18 @@ class MultiRouter:
         shape = (shape_features(prompts) - self.feat_mean) / self.feat_std
         return np.hstack([np.asarray(e, np.float64), shape])
 
+    def difficulty(self, x: np.ndarray) -> np.ndarray:
+        """d(x) = E[level | x] / (N - 1) from the level head (format /2)."""
+        assert self.classes is not None
+        head = LinearHead(self.coef, self.intercept, self.classes)
+        return head.expected(x, len(self.tiers) - 1)
+
     def predict(self, prompts: Sequence[str], emb: np.ndarray | None = None) -> np.ndarray:
         """(n, N): predicted probability that each tier's answer is good (score >= good_threshold)."""
         x = self.features(prompts, emb)
-        return np.stack([h.proba(x)[:, 1] for h in self.heads], axis=1)
+        if self.calib is None:
+            return _sigmoid(x @ self.coef.T + self.intercept)
+        return irt_correctness(self.difficulty(x), self.calib)
 
     def files(self) -> list[Path]:
         """Every file needed to load this router: weights, metadata, static table, tokenizer (hashes in the
@@ -103,13 +135,15 @@ class MultiRouter:
         atomically, metadata last: a reader that finds the metadata finds the rest). Returns the saved router."""
         p = Path(path)
         buf = io.BytesIO()
-        np.savez(
-            buf,
-            coef=np.vstack([h.coef for h in self.heads]),
-            intercept=np.concatenate([h.intercept for h in self.heads]),
-            feat_mean=self.feat_mean,
-            feat_std=self.feat_std,
-        )
+        arrays = {
+            "coef": self.coef,
+            "intercept": self.intercept,
+            "feat_mean": self.feat_mean,
+            "feat_std": self.feat_std,
+        }
+        if self.calib is not None and self.classes is not None:
+            arrays |= {"calib": self.calib, "classes": self.classes}
+        np.savez(buf, **arrays)  # type: ignore[arg-type]
         write_atomic(p, buf.getvalue())
         written = {
             "weights": p,
@@ -119,7 +153,7 @@ class MultiRouter:
         self.static.save(written["table"], written["tokenizer"])
         meta = {
             **self.metadata,
-            "format": MULTI_FORMAT,
+            "format": MULTI_FORMAT if self.calib is not None else MULTI_FORMATS[1],
             "tiers": list(self.tiers),
             "n_tiers": len(self.tiers),
             "good_threshold": self.good_threshold,
@@ -135,27 +169,42 @@ class MultiRouter:
         return dataclasses.replace(self, metadata=meta, path=p)
 
 
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def irt_correctness(d: np.ndarray, calib: np.ndarray) -> np.ndarray:
+    """(n, N): sigmoid(a_k + b_k d_i) for difficulties ``d`` (n,) and ``calib`` rows (a_k, b_k)."""
+    c = np.asarray(calib, np.float64)
+    return _sigmoid(c[:, 0][None, :] + np.asarray(d, np.float64).reshape(-1, 1) * c[:, 1][None, :])
+
+
 def load_multi_router(path: str | Path) -> MultiRouter:
     """A multi router saved by :meth:`MultiRouter.save`, every listed file's hash checked (SpecError naming
     the file and field otherwise). Imports numpy and ``tokenizers`` only: the gateway loads it."""
     p = Path(path)
-    meta = read_metadata(p, MULTI_FORMAT)
+    meta = read_metadata(p, MULTI_FORMATS)
     files = verify_files(p, meta, ("weights", "table", "tokenizer"))
     if files["weights"] != p:
         raise SpecError(meta_path(p), "files.weights.name", f"names {files['weights'].name}, not {p.name}")
+    v2 = meta.get("format") == MULTI_FORMAT
     try:
         with np.load(p, allow_pickle=False) as z:
             coef, intercept, mean, std = z["coef"], z["intercept"], z["feat_mean"], z["feat_std"]
+            classes, calib = (z["classes"], z["calib"]) if v2 else (None, None)
     except (OSError, ValueError, KeyError) as exc:
         raise SpecError(p, None, f"not a saved multi router ({exc})") from None
     tiers = tuple(str(t) for t in meta.get("tiers", []))
     static = static_from_metadata(files, meta["embedder"])
-    if coef.shape != (len(tiers), static.dim + N_SHAPE) or intercept.shape != (len(tiers),):
+    rows = coef.shape[0] if v2 else len(tiers)  # the level head's K rows (1 for two levels), or one per tier
+    if coef.shape != (rows, static.dim + N_SHAPE) or intercept.shape != (rows,):
         raise SpecError(
             p, "coef", f"shape {coef.shape} does not fit {len(tiers)} tiers of {static.dim + N_SHAPE} features"
         )
-    heads = tuple(LinearHead(coef[k : k + 1], intercept[k : k + 1], np.arange(2)) for k in range(len(tiers)))
-    return MultiRouter(tiers, heads, mean, std, static, float(meta.get("good_threshold", 0.5)), meta, p)
+    if calib is not None and calib.shape != (len(tiers), 2):
+        raise SpecError(p, "calib", f"shape {calib.shape}, expected ({len(tiers)}, 2)")
+    good = float(meta.get("good_threshold", 0.5))
+    return MultiRouter(tiers, coef, intercept, mean, std, static, classes, calib, good, meta, p)
 
 
 def train_multi_router(
@@ -167,29 +216,48 @@ def train_multi_router(
     seed: int = 0,
     good_threshold: float = 0.5,
 ) -> MultiRouter:
-    """Fit one head per tier on the ``train`` rows (label: that tier's score >= ``good_threshold``)."""
+    """Fit the level head on the ``train`` rows, then each tier's (a_k, b_k) on their out-of-fold difficulty
+    (label: that tier's score >= ``good_threshold``); module doc."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import KFold
+
+    from boute.quality.router import difficulty_levels
+
+    cols = [profile.models.index(m) for m in tier_models]
+    good = profile.scores[:, cols] >= good_threshold
+    for k, m in enumerate(tier_models):
+        if good[train, k].min() == good[train, k].max():
+            raise SpecError(
+                profile.source, f"models.{m}", "every training query has the same outcome: nothing to learn"
+            )
     emb = static.embed(profile.prompts)
     shape = shape_features(profile.prompts)
     mean, std = shape[train].mean(axis=0), shape[train].std(axis=0)
     std = np.where(std > 0, std, 1.0)
     x = np.hstack([np.asarray(emb, np.float64), (shape - mean) / std])
-    heads, cs = [], []
-    for m in tier_models:
-        y = (profile.column(m)[train] >= good_threshold).astype(np.int64)
-        if y.min() == y.max():
-            raise SpecError(
-                profile.source, f"models.{m}", "every training query has the same outcome: nothing to learn"
-            )
-        head, c = fit_head(x[train], y, seed)
-        heads.append(head)
-        cs.append(c)
+    levels = difficulty_levels(profile.scores[:, cols], "relative")
+    top = len(tier_models) - 1
+    head, c = fit_head(x[train], levels[train], seed)
+    d_oof = np.empty(len(train))
+    for fit_rows, out_rows in KFold(CV_FOLDS, shuffle=True, random_state=seed).split(train):
+        rows = train[fit_rows]
+        fold = fit_head(x[rows], levels[rows], seed, c=c)[0] if np.unique(levels[rows]).size > 1 else head
+        d_oof[out_rows] = fold.expected(x[train[out_rows]], top)  # classes are level values: one scale
+    calib = np.zeros((len(tier_models), 2))
+    for k in range(len(tier_models)):
+        lr = LogisticRegression(C=1.0).fit(d_oof.reshape(-1, 1), good[train, k].astype(np.int64))
+        calib[k] = (float(lr.intercept_[0]), float(lr.coef_[0, 0]))
     meta = {
-        "kind": "one logistic head per tier on static prompt embeddings + 7 prompt-shape features",
-        "C": cs,
+        "kind": "item-response model on one learned difficulty: sigmoid(a_k + b_k d(x)), d from a level head on "
+        "static prompt embeddings + 7 prompt-shape features",
+        "C": c,
+        "calib": calib.tolist(),
         "profile": {"source": profile.source, "hash": profile.content_hash, "n": len(profile)},
         "train_rows": int(len(train)),
     }
-    return MultiRouter(tuple(tier_models), tuple(heads), mean, std, static, good_threshold, meta)
+    return MultiRouter(
+        tuple(tier_models), head.coef, head.intercept, mean, std, static, head.classes, calib, good_threshold, meta
+    )
 
 
 def route(p: np.ndarray, prices: ArrayLike) -> np.ndarray:
