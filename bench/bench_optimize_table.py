@@ -15,7 +15,11 @@ scenario and objective found, at any budget.
 
 Runs are appended to ``bench/results/optimize_table_runs.jsonl`` as they finish and a run already there is
 not repeated, so the table grows across sessions: ``BOUTE_TABLE_BUDGETS`` (default ``30,120``) and
-``BOUTE_TABLE_SEEDS`` (default 5) say what to fill. Wall times are on the shared 2-core machine, whatever else
+``BOUTE_TABLE_SEEDS`` (default 5) say what to fill; ``BOUTE_TABLE_SCENARIOS`` and ``BOUTE_TABLE_OBJECTIVES``
+(comma-separated) fill some rows only. ``BOUTE_TABLE_RUNS`` names another runs file in bench/results/: a
+change to the simulator (the judge of every row) starts a new one, since runs judged by different simulators
+do not compare (``optimize_table_runs.jsonl``: stops 32-34; ``optimize_table_runs_sim35.jsonl``: the
+simulator since stop 35, replaying the held-out rows with per-tier answer lengths). Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
 
@@ -54,10 +58,10 @@ def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["scenario"], r["objective"], r["budget_s"], r["strategy"], r["seed"])
 
 
-def _done() -> dict[tuple[Any, ...], dict[str, Any]]:
-    if not RUNS.exists():
+def _done(runs_file: Path = RUNS) -> dict[tuple[Any, ...], dict[str, Any]]:
+    if not runs_file.exists():
         return {}
-    rows = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in runs_file.read_text().splitlines() if line.strip()]
     return {_key(r): r for r in rows}
 
 
@@ -104,13 +108,17 @@ def run(quick: bool = True) -> dict[str, Any]:
     budgets = [float(b) for b in os.environ.get("BOUTE_TABLE_BUDGETS", "30,120").split(",")]
     seeds = int(os.environ.get("BOUTE_TABLE_SEEDS", "1" if quick else "5"))
     scenarios = SCENARIOS[:2] if quick else SCENARIOS
-    done = _done()
-    RUNS.parent.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("BOUTE_TABLE_SCENARIOS"):
+        scenarios = tuple(os.environ["BOUTE_TABLE_SCENARIOS"].split(","))
+    objectives = tuple(os.environ.get("BOUTE_TABLE_OBJECTIVES", ",".join(OBJECTIVES)).split(","))
+    runs_file = RUNS.with_name(os.environ.get("BOUTE_TABLE_RUNS", RUNS.name))
+    done = _done(runs_file)
+    runs_file.parent.mkdir(parents=True, exist_ok=True)
     for budget in budgets:
         for seed in range(seeds):
             for ref in scenarios:
                 sc = _load(ref)
-                for objective in OBJECTIVES:
+                for objective in objectives:
                     for strategy in STRATEGIES:
                         key = (ref, objective, budget, strategy, seed)
                         if key in done:
@@ -118,7 +126,7 @@ def run(quick: bool = True) -> dict[str, Any]:
                         r = {"scenario": ref, "objective": objective, "budget_s": budget}
                         r |= search_once(sc, strategy, objective, seed, budget)
                         print(f"[optimize_table] {r}", flush=True)
-                        with RUNS.open("a") as f:
+                        with runs_file.open("a") as f:
                             f.write(json.dumps(r) + "\n")
                         done[key] = r
-    return {"budgets_s": budgets, "seeds": seeds, "rows": summarise(list(done.values()))}
+    return {"runs_file": runs_file.name, "budgets_s": budgets, "seeds": seeds, "rows": summarise(list(done.values()))}

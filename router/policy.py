@@ -65,29 +65,42 @@ class LengthScorer:
 
 
 class PricedScorer:
-    """A multi-model router under fixed prices: a prompt's "score" is the tier it picks, argmax_k p_k(x) -
-    lambda_k (:func:`boute.quality.multi.route`), as a float, so the gateway's scoring paths (batched per
-    event-loop turn like the ladder's static router) carry it unchanged; :attr:`cut` (thresholds halfway
-    between consecutive tier indices) maps it back to that tier through :meth:`RoutePolicy.tier_for_score`.
+    """A multi-model router under fixed prices: the tier of a prompt is argmax_k p_k(x) - lambda_k
+    (:func:`boute.quality.multi.route`).
 
-    Not a difficulty: :attr:`difficulty` is False, so the gateway does not record it as a router score for
-    the re-plan loop's score-mix drift."""
+    An item-response router (format /2: ``p_k = sigmoid(a_k + b_k d(x))``) scores a prompt by its difficulty
+    ``d(x)``, as the ladder's router does (the same level head on the same rows: the re-plan loop's score-mix
+    drift follows it), and :meth:`tier_of` maps that score to the tier. A router of independent heads
+    (format /1) has no difficulty: its "score" is the tier itself, as a float, and :attr:`difficulty` is
+    False, so the gateway does not record it for the re-plan loop. Both are batched per event-loop turn by
+    the ladder's :class:`ScoreBatcher`."""
 
     embedder_kind = "static"
-    difficulty = False
 
     def __init__(self, router: Any, prices: list[float]) -> None:
         self.router = router
         self.prices = np.asarray(prices, dtype=np.float64)
-        self.cut = [k + 0.5 for k in range(len(prices) - 1)]
+        self.calib: np.ndarray | None = getattr(router, "calib", None)
+        self.difficulty = self.calib is not None
 
     def score(self, prompts: list[str]) -> np.ndarray:
         from boute.quality.multi import route
 
+        if self.difficulty:
+            return np.asarray(self.router.difficulty(self.router.features(prompts)), dtype=np.float64)
         return route(self.router.predict(prompts), self.prices).astype(np.float64)
 
     def score_one(self, prompt: str) -> float:
         return float(self.score([prompt])[0])
+
+    def tier_of(self, score: float) -> int:
+        """The tier for a score: argmax_k sigmoid(a_k + b_k d) - lambda_k at d = ``score`` (the functions the
+        optimiser routed the held-out prompts with), or the score itself for a format /1 router."""
+        if self.calib is None:
+            return int(score)
+        from boute.quality.multi import irt_correctness, route
+
+        return int(route(irt_correctness(np.array([score]), self.calib), self.prices)[0])
 
 
 def multi_prices(routing: Routing, router: Any, root: Path) -> list[float]:
@@ -332,8 +345,10 @@ class RoutePolicy:
         #: whether the score is a difficulty the re-plan loop's score-mix drift follows (a priced scorer's is a tier)
         self.difficulty = getattr(self.scorer, "difficulty", True)
         fr = list(r.fractions or [])
-        if isinstance(self.scorer, PricedScorer):
-            self.thresholds = list(self.scorer.cut)
+        #: a multi-model router maps its score to a tier itself (:meth:`PricedScorer.tier_of`)
+        self._priced = self.scorer if isinstance(self.scorer, PricedScorer) else None
+        if self._priced is not None:
+            self.thresholds = []
         elif r.thresholds is not None:
             self.thresholds = [float(t) for t in r.thresholds]
         elif self.mode == "preroute" and self.scorer is not None:
@@ -390,7 +405,9 @@ class RoutePolicy:
 
     def tier_for_score(self, score: float) -> int:
         """Pre-route: the number of thresholds below the score (tier k serves ``t[k-1] < d <= t[k]``, the rule
-        of :class:`boute.quality.policy.QualityModel`)."""
+        of :class:`boute.quality.policy.QualityModel`); a multi-model router's own map."""
+        if self._priced is not None:
+            return self._priced.tier_of(score)
         return bisect.bisect_left(self.thresholds, score)
 
     def accepts(self, hop: int, judge_score: float) -> bool:

@@ -156,6 +156,46 @@ def gsm8k_multi():
     return sc, quality_model_for(sc)
 
 
+def test_the_gateway_scores_a_multi_plan_by_difficulty_and_the_replan_loop_follows_it(gsm8k_multi) -> None:
+    """The item-response router's difficulty is the ladder's score (the same level head on the same rows), so
+    the gateway records it for the re-plan loop; its tier map gives the tier the optimiser routed by; and a
+    running multi plan under a harder mix is judged by the shares its prices give under that mix."""
+    from boute.quality.build import profile_for
+    from boute.quality.multi import load_multi_router, route
+    from boute.replan.observed import running_fractions
+    from boute.specs import Plan
+    from boute.specs.scenario import ScoreMix
+    from router.policy import PricedScorer
+
+    sc, qm = gsm8k_multi
+    router = load_multi_router(qm.info["router_path"])
+    prompts = list(profile_for(sc).prompts)
+    np.testing.assert_allclose(router.difficulty(router.features(prompts)), qm.route_all, atol=1e-9)
+    f = [0.7, 0.3]
+    prices = [float(v) for v in qm.preroute(f).prices]
+    scorer = PricedScorer(router, prices)
+    assert scorer.difficulty
+    scores = scorer.score(prompts[:60])
+    assert ((scores >= 0) & (scores <= 1)).all()
+    np.testing.assert_array_equal([scorer.tier_of(x) for x in scores], route(router.predict(prompts[:60]), prices))
+    plan = Plan.model_validate(
+        {
+            "routing": {"tiers": ["small", "large"], "fractions": f, "prices": prices, "scorer": "multi"}
+            | {"router": "r", "reference": sc.quality.profile},
+            "deployment": [
+                {"tier": "small", "model": "llama-3.1-8b", "gpu": "h100-sxm", "count": 1},
+                {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4},
+            ],
+        }
+    )
+    assert running_fractions(plan, sc) == tuple(f)  # the plan's own traffic: as written
+    edges = [float(e) for e in np.quantile(qm.route_all, [0.5])]
+    hard = sc.model_copy(
+        update={"workload": sc.workload.model_copy(update={"mix": ScoreMix(edges=edges, shares=[0.0, 1.0])})}
+    )
+    assert running_fractions(plan, hard)[1] > 0.3 + 0.1  # harder traffic: more of it priced onto the large tier
+
+
 @pytest.mark.parametrize("fractions", [[0.7, 0.3], [0.25, 0.75], [1.0, 0.0]])
 def test_the_quality_model_with_multi_splits_the_calibration_prompts_by_the_fractions(gsm8k_multi, fractions) -> None:
     from boute.quality.build import profile_for

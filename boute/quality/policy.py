@@ -255,6 +255,15 @@ class QualityModel:
         """Share of calibration (all profile) queries each tier gets under these ladder thresholds."""
         return self._ladder.fractions_for(np.asarray(thresholds, dtype=np.float64))
 
+    def fractions_for_prices(self, prices: ArrayLike) -> np.ndarray:
+        """Share of calibration queries each tier gets under a multi router's ``prices`` (ValueError for a model
+        that pre-routes with the ladder)."""
+        from boute.quality.preroute import Multi
+
+        if not isinstance(self._pre, Multi):
+            raise ValueError("this quality model pre-routes with the ladder, not prices")
+        return self._pre.fractions_for(np.asarray(prices, dtype=np.float64))
+
     def preroute(self, fractions: ArrayLike) -> PolicyResult:
         """Quality when the fractions split the held-out queries as this model's pre-router does (the ladder:
         tier k serves the queries whose difficulty falls in its quantile band; multi: argmax p_k - lambda_k)."""

@@ -208,3 +208,11 @@ class Multi:
         from boute.quality.multi import route
 
         return route(self.predicted[rows], self.prices(f))
+
+    def fractions_for(self, prices: np.ndarray) -> np.ndarray:
+        """Share of calibration prompts each tier gets under explicit ``prices`` (a running plan's, under this
+        model's mix)."""
+        from boute.quality.multi import route
+
+        tier = route(self.predicted[self.calibration], prices)
+        return np.bincount(tier, minlength=self.predicted.shape[1]) / max(len(tier), 1)

@@ -67,6 +67,12 @@ def promise_of(
         from boute.quality.router import load_router
 
         scores = np.asarray(load_router(base / plan.routing.router).score(prompts))
+    elif plan.routing.scorer == "multi" and plan.routing.router:
+        from boute.quality.multi import load_multi_router
+
+        multi = load_multi_router(base / plan.routing.router)
+        if multi.calib is not None:  # an item-response router scores by difficulty, as the gateway records it
+            scores = np.asarray(multi.difficulty(multi.features(prompts)))
     mix = sc.workload.mix
     if mix is not None and len(scores) == len(prompts):  # the plan was made for a mix: its reference, resampled
         rows = systematic_resample(mix_weights(scores, mix.edges, mix.shares), len(scores))
@@ -88,15 +94,20 @@ def promise_of(
 
 
 def running_fractions(plan: Plan, sc: Scenario) -> tuple[float, ...]:
-    """The load shares the running plan's pre-route thresholds give under ``sc``'s mix: what the gateway does
-    with the traffic now (its ``fractions`` are the shares of the mix it was made for)."""
+    """The load shares the running plan's pre-route thresholds (or a multi router's prices) give under ``sc``'s
+    mix: what the gateway does with the traffic now (its ``fractions`` are the shares of the mix it was made
+    for)."""
     fr = tuple(plan.routing.fractions or ())
     r = plan.routing
-    if r.mode != "preroute" or r.scorer != "learned" or r.thresholds is None or sc.workload.mix is None:
+    if r.mode != "preroute" or sc.workload.mix is None:
         return fr
     from boute.quality import quality_model_for
 
-    return tuple(float(f) for f in quality_model_for(sc).fractions_for_thresholds(r.thresholds))
+    if r.scorer == "learned" and r.thresholds is not None:
+        return tuple(float(f) for f in quality_model_for(sc).fractions_for_thresholds(r.thresholds))
+    if r.scorer == "multi" and r.prices is not None and sc.quality.router_kind == "multi":
+        return tuple(float(f) for f in quality_model_for(sc).fractions_for_prices(r.prices))
+    return fr
 
 
 def healthy_deployment(plan: Plan, w: Window) -> list[ReplicaGroup]:
