@@ -93,6 +93,7 @@ def _verify(*extra: str) -> tuple[int, dict[str, object], str]:
     return r.returncode, json.loads(r.stdout), r.stderr
 
 
+@pytest.mark.slow  # ~25 s on 2 shared cores
 @pytest.mark.timeout(200)  # two verify runs, each a gateway and two emulated replicas for ~6 s of traffic
 def test_verify_cli_caps_answers_and_applies_its_timeout() -> None:
     """End to end on emulated backends: ``--max-tokens`` reaches every request (capped count, note, answers no
