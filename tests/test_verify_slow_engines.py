@@ -109,3 +109,15 @@ def test_verify_cli_caps_answers_and_applies_its_timeout() -> None:
     m = out["measured"]
     assert code == 1 and isinstance(m, dict) and m["failed"] == m["requests"] > 3
     assert out["max_tokens"] is None and out["capped_requests"] == 0
+
+
+def test_the_text_report_says_answers_were_capped_and_shows_latency(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table names the cap and the measured P50/P95, even where the plan promises no latency to check."""
+    from boute.cli.verify_cmd import _table
+
+    plan = Plan.model_validate(json.loads(CPU_PLAN.read_text()))  # no prediction: no P95 check
+    info = {"rate_rps": 2, "duration_s": 30, "gateway": "http://gw", "max_tokens": 8, "capped_requests": 10}
+    _table(compare(plan, _measured(17.7), capped_at=8), {**info, "timeout_s": 300.0})
+    out = capsys.readouterr().out
+    assert "answers capped at 8 tokens: 10 of 10 requests" in out and "per-request timeout 300 s" in out
+    assert "P50 8.85 s, P95 17.7 s" in out and "note: answers capped at 8 tokens" in out

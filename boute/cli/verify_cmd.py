@@ -171,6 +171,8 @@ def _table(verdict: Verdict, info: dict[str, Any]) -> None:
             f"answers capped at {info['max_tokens']} tokens: {info['capped_requests']} of {m.requests} requests "
             f"asked for fewer tokens than the scenario's; per-request timeout {info['timeout_s']:g} s"
         )
+    if m.requests > m.failed:  # measured even where the plan promises no latency (and so no check shows it)
+        typer.echo(f"latency of the {m.requests - m.failed} answered: P50 {m.p50_s:.3g} s, P95 {m.p95_s:.3g} s")
     typer.echo(f"{'check':<18} {'promised':>10} {'measured':>10}  {'tolerance':<10} ok")
     for c in verdict.checks:
         promised = "-" if c.promised is None else f"{c.promised:.4g}"
