@@ -15,12 +15,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from backends.deploy.desired import ReplicaKey
+from backends.deploy.launch import LaunchOptions, replica_process
 from backends.emulated.launch import free_port, spawn_replicas, wait_http
 from backends.emulated.profile import ReplicaConfig
 from backends.sglang import SGLangOptions, place_plan, sglang_argv
@@ -86,6 +89,7 @@ FLAG_FIELDS = {
     "--device": "device",
     "--attention-backend": "attention_backend",
     "--max-total-tokens": "max_total_tokens",
+    "--api-key": "api_key",
 }
 
 
@@ -106,7 +110,31 @@ def _launcher_argvs() -> list[list[str]]:
         sglang_argv("/m/smol", port=30002, served_model_name="small", options=cpu_options(sys.executable)),
     ]
     argvs += [list(s.argv) for s in place_plan(_plan(), {"rtx-4090": [0, 1], "h100-sxm": [0, 1, 2, 3]})]
+    argvs += _deployer_argvs()
     return [a[3:] for a in argvs]  # after `python -m sglang.launch_server`
+
+
+def _deployer_argvs() -> list[list[str]]:
+    """What ``boute deploy up`` starts per replica (``replica_process``): on GPUs, and with ``--sglang-cpu`` (the
+    CPU engine's flags, tp/pp collapsed to one process), each also with a replica token (``--api-key``)."""
+    key = ReplicaKey(tier="large", model="llama-3.1-70b", gpu="h100-sxm", tp=4, pp=2, dtype="fp8")
+    gpu = LaunchOptions(emulate=False, python=sys.executable, model_paths={"large": "/m/70b"})
+    cpu = LaunchOptions(emulate=False, sglang_cpu=True, python=sys.executable, default_model_path="/m/smol")
+    argvs = []
+    for opts in (gpu, cpu, replace(cpu, max_total_tokens=4096, token="t0ken")):
+        argvs.append(list(replica_process(key, 30100, "127.0.0.1", opts, gpu_ids=(0, 1)).argv))
+    return argvs
+
+
+def test_sglang_cpu_deployer_argv_is_the_cpu_engines() -> None:
+    """The ``--sglang-cpu`` replica's argv carries the CPU engine's flags and one process (no tp/pp > 1); the
+    parser test above then proves SGLang reads each of them back."""
+    _, cpu, capped = (a[3:] for a in _deployer_argvs())
+    flags = _flag_values(cpu)
+    assert flags["--device"] == "cpu" and flags["--attention-backend"] == "torch_native"
+    assert flags["--tp-size"] == "1" and flags.get("--pp-size", "1") == "1"
+    assert flags["--served-model-name"] == "large" and flags["--model-path"] == "/m/smol"
+    assert _flag_values(capped)["--max-total-tokens"] == "4096" and _flag_values(capped)["--api-key"] == "t0ken"
 
 
 def _flag_values(argv: list[str]) -> dict[str, str]:

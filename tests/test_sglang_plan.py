@@ -15,8 +15,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,4 +197,137 @@ def test_two_tier_plan_on_real_sglang(tmp_path: Path, redis_url: str) -> None:
         r = _boute("deploy", "down", "--dir", str(d), env=env, timeout=180)
         print(f"\nsglang plan figures: {json.dumps(figures)}")
     assert r.returncode == 0 and "stopped 2 replicas" in r.stdout, r.stdout + r.stderr
+    until(lambda: not _alive(seen), f"no replica process left (alive: {_alive(seen)})", timeout=SAFETY_S)
+
+
+def two_replica_plan(path: Path) -> Path:
+    """``examples/plan-sglang-cpu.json`` with two replicas in the small tier (three real replicas in all: ~8.5 GB
+    of RSS, what this 24 GB host holds with room to spare)."""
+    doc = json.loads(PLAN.read_text())
+    for group in doc["deployment"]:
+        if group["tier"] == "small":
+            group["count"] = 2
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+@dataclass
+class _Load:
+    """Closed-loop load on one tier through the gateway: ``workers`` threads, each sending the next
+    non-streamed request once its last one came back; every outcome kept (monotonic end time, replica, error)."""
+
+    client: Any
+    model: str
+    ask: dict[str, Any]
+    workers: int = 2
+    done: list[tuple[float, str | None, str | None]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def _worker(self) -> None:
+        while not self.stop.is_set():
+            try:
+                raw = self.client.chat.completions.with_raw_response.create(model=self.model, **self.ask)
+                raw.parse()
+                self.done.append((time.monotonic(), raw.headers.get("x-boute-replica"), None))
+            except Exception as exc:  # every failure counts: status errors, timeouts, resets
+                self.done.append((time.monotonic(), None, f"{type(exc).__name__}: {exc}"[:300]))
+
+    def start(self) -> None:
+        self.threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(self.workers)]
+        for t in self.threads:
+            t.start()
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=READY_S)
+
+    def served_by(self, replica: str, after: float = 0.0) -> int:
+        return sum(1 for t, r, err in list(self.done) if r == replica and err is None and t > after)
+
+    @property
+    def failures(self) -> list[str]:
+        return [err for _, _, err in list(self.done) if err is not None]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # three real replicas start, one twice; every wait below is bounded on its own
+def test_failover_within_a_tier_on_real_sglang_fails_no_request(tmp_path: Path, redis_url: str) -> None:
+    """Two real SGLang replicas in the small tier under steady load through the gateway; SIGKILL one: the gateway
+    retries what it had in flight on the other (before any byte reached the client) and routes around the dead
+    one, so no request fails; the supervisor restarts it and it serves again. Non-streamed requests: a stream
+    whose first chunk was relayed cannot be retried (it ends with an SSE error event, by design)."""
+    from openai import OpenAI
+
+    from backends.sglang.cpu import server_install
+
+    try:
+        server_install()
+    except BouteError as exc:
+        pytest.skip(str(exc))
+    env = {**os.environ, "BOUTE_REDIS_URL": redis_url}
+    d, prefix = tmp_path / "dep", f"test-sglang-failover-{uuid.uuid4().hex[:8]}"
+    plan = two_replica_plan(tmp_path / "plan.json")
+    seen: set[int] = set()
+    figures: dict[str, Any] = {}
+    load: _Load | None = None
+    try:
+        t0 = time.monotonic()
+        args = ["deploy", "up", str(plan), "--target", "local", "--sglang-cpu", "--dir", str(d), "--prefix", prefix]
+        args += ["--gateway-port", str(free_port()), "--timeout", str(2 * READY_S), "--json"]
+        r = _boute(*args, env=env, timeout=2 * READY_S + SAFETY_S)
+        assert r.returncode == 0, r.stderr
+        figures["deploy_up_s"] = round(time.monotonic() - t0, 1)
+        st = json.loads(r.stdout)
+        assert st["status"] == "ready" and all(x["registered"] for x in st["replicas"]), st
+        small = sorted((x for x in st["replicas"] if x["tier"] == "small"), key=lambda x: str(x["id"]))
+        assert len(small) == 2
+        for x in st["replicas"]:
+            seen |= _tree(int(x["pid"]))
+        victim, survivor = str(small[0]["id"]), str(small[1]["id"])
+        gateway = st["gateway_url"]
+        until(lambda: httpx.get(gateway + "/ready", trust_env=False).status_code == 200, "gateway ready")
+
+        client = OpenAI(base_url=gateway + "/v1", api_key="unused", timeout=READY_S, max_retries=0)
+        ask = {"messages": [{"role": "user", "content": "What is 2 + 3?"}], "max_tokens": 8}
+        load = _Load(client, "router-small", ask)
+        load.start()
+        until(
+            lambda: load.served_by(victim) >= 2 and load.served_by(survivor) >= 2,
+            "both small replicas serving under load",
+            timeout=READY_S,
+            interval=0.5,
+        )
+        figures["before_kill"] = len(load.done)
+        killed_at = time.monotonic()
+        os.kill(int(small[0]["pid"]), signal.SIGKILL)
+
+        def victim_back() -> bool:
+            if load.served_by(victim, after=killed_at) < 1:
+                return False
+            return next(x for x in _status(d, env)["replicas"] if x["id"] == victim)["restarts"] >= 1
+
+        until(lambda: load.served_by(survivor, after=killed_at) >= 1, "the survivor serving", timeout=SAFETY_S)
+        figures["first_answer_after_kill_s"] = round(
+            min(t for t, rep, err in load.done if err is None and t > killed_at) - killed_at, 1
+        )
+        until(victim_back, "the killed replica restarted and serving again", timeout=2 * READY_S, interval=1.0)
+        figures["kill_to_victim_serving_s"] = round(time.monotonic() - killed_at, 1)
+        load.finish()
+        figures["requests"] = len(load.done)
+        figures["served"] = {"victim": load.served_by(victim), "survivor": load.served_by(survivor)}
+        figures["during_outage_by_survivor"] = load.served_by(survivor, after=killed_at)
+        figures["failed"] = len(load.failures)
+        assert not load.failures, load.failures[:5]
+        st = _status(d, env)
+        again = next(x for x in st["replicas"] if x["id"] == victim)
+        assert again["restarts"] == 1 and again["registered"]
+        seen |= _tree(int(again["pid"]))
+    finally:
+        if load is not None:
+            load.finish()
+        r = _boute("deploy", "down", "--dir", str(d), env=env, timeout=180)
+        print(f"\nsglang failover figures: {json.dumps(figures)}")
+    assert r.returncode == 0 and "stopped 3 replicas" in r.stdout, r.stdout + r.stderr
     until(lambda: not _alive(seen), f"no replica process left (alive: {_alive(seen)})", timeout=SAFETY_S)

@@ -14,6 +14,9 @@ import typer
 
 from boute.cli.options import fraction, positive
 
+#: the load generator's per-request timeout unless ``--timeout`` says otherwise, model seconds
+DEFAULT_TIMEOUT_S = 120.0
+
 if TYPE_CHECKING:
     from boute.serving.verify import Requests, Tolerances, Verdict
     from boute.specs import Plan, Scenario
@@ -32,6 +35,18 @@ def register(app: typer.Typer) -> None:
             1.0, "--speedup", callback=positive, help="emulated backends and arrivals this much faster than real time"
         ),
         seed: int = typer.Option(0, "--seed", min=0, help="arrivals and prompt sample seed"),
+        max_tokens: int | None = typer.Option(
+            None,
+            "--max-tokens",
+            min=1,
+            help="cap every replayed answer at N tokens (slow real engines); P95 is then reported, not judged",
+        ),
+        timeout: float = typer.Option(
+            DEFAULT_TIMEOUT_S,
+            "--timeout",
+            callback=positive,
+            help="seconds one request may take before it counts as failed (model seconds, like --speedup's)",
+        ),
         tol_share: float = typer.Option(0.02, "--tol-share", callback=fraction, help="per-tier share, absolute"),
         tol_quality: float = typer.Option(0.02, "--tol-quality", callback=fraction, help="quality, absolute"),
         tol_p95: float = typer.Option(0.15, "--tol-p95", callback=fraction, help="P95, relative to the promise"),
@@ -49,7 +64,17 @@ def register(app: typer.Typer) -> None:
         tol = Tolerances(share=tol_share, quality=tol_quality, p95_rel=tol_p95)
         try:
             verdict, info = run_verify(
-                plan, p, sc, url=url, duration_s=duration, rate_rps=rate, speedup=speedup, seed=seed, tol=tol
+                plan,
+                p,
+                sc,
+                url=url,
+                duration_s=duration,
+                rate_rps=rate,
+                speedup=speedup,
+                seed=seed,
+                tol=tol,
+                max_tokens=max_tokens,
+                timeout_s=timeout,
             )
         except (RuntimeError, TimeoutError) as exc:  # a replica or the gateway did not come up
             raise BouteError(f"verify: {exc}") from None
@@ -72,8 +97,14 @@ def run_verify(
     speedup: float,
     seed: int,
     tol: Tolerances,
+    max_tokens: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[Verdict, dict[str, Any]]:
-    """Serve the plan here unless ``url`` is given, replay, score, compare."""
+    """Serve the plan here unless ``url`` is given, replay, score, compare.
+
+    ``max_tokens`` and ``timeout_s`` make a replay against a slow real engine mean something: SGLang on two CPU
+    cores decodes ~1-5 tokens/s, so unbounded GSM8K answers outlived the fixed 120 s timeout and every request
+    counted as failed (docs/sglang.md)."""
     import tempfile
 
     from boute.cli.stack import ServeStack
@@ -84,13 +115,16 @@ def run_verify(
     qm = quality_model_for(sc)  # the plan's own router and its held-out split (the promise's prompts)
     profile = profile_for(sc)
     columns = dict(zip([t.name for t in sc.tiers], tier_models(sc, profile), strict=True))
-    req = build_requests(sc, profile, qm.test_index, duration_s=duration_s, rate_rps=rate_rps, seed=seed)
+    req = build_requests(
+        sc, profile, qm.test_index, duration_s=duration_s, rate_rps=rate_rps, seed=seed, max_tokens=max_tokens
+    )
     rate = rate_rps or sc.workload.rate_rps
     info: dict[str, Any] = {"rate_rps": rate, "duration_s": duration_s or sc.workload.duration_s, "speedup": speedup}
+    info.update({"timeout_s": timeout_s, "max_tokens": max_tokens, "capped_requests": req.capped})
     with tempfile.TemporaryDirectory(prefix="boute-verify-") as tmp:
         if url is not None:
             info["gateway"] = url
-            results = _generate(Path(tmp), url, req, speedup)
+            results = _generate(Path(tmp), url, req, speedup, timeout_s)
         else:
             from backends.emulated.launch import free_port
 
@@ -98,20 +132,23 @@ def run_verify(
                 stack.start_emulated(speedup)
                 stack.start_gateway()
                 info["gateway"] = f"boute serve --emulate at {stack.url}"
-                results = _generate(Path(tmp), stack.url, req, speedup)
-    return compare(plan, measure(results, req.rows, profile, columns), tol), info
+                results = _generate(Path(tmp), stack.url, req, speedup, timeout_s)
+    measured = measure(results, req.rows, profile, columns)
+    return compare(plan, measured, tol, capped_at=max_tokens if req.capped else None), info
 
 
-def _generate(work: Path, url: str, req: Requests, speedup: float) -> dict[str, Any]:
-    """The open-loop load generator, in a process of its own (its CPU is not the gateway's)."""
+def _generate(work: Path, url: str, req: Requests, speedup: float, timeout_s: float) -> dict[str, Any]:
+    """The open-loop load generator, in a process of its own (its CPU is not the gateway's); it is given the
+    last arrival plus one request timeout, plus a minute to start and write its results."""
     import subprocess
     import sys
 
     from boute.errors import BouteError
 
-    spec = {"url": url, "send_at": req.send_at.tolist(), "bodies": req.bodies, "speedup": speedup, "timeout_s": 120.0}
+    spec = {"url": url, "send_at": req.send_at.tolist(), "bodies": req.bodies, "speedup": speedup}
+    spec["timeout_s"] = timeout_s
     (work / "requests.json").write_text(json.dumps(spec))
-    horizon = float(req.send_at[-1]) / speedup + 180.0 if len(req.send_at) else 60.0
+    horizon = (float(req.send_at[-1]) + timeout_s) / speedup + 60.0 if len(req.send_at) else 60.0
     cmd = [sys.executable, "-m", "boute.serving.loadgen", str(work / "requests.json"), str(work / "results.json")]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=horizon, check=False)
@@ -129,6 +166,13 @@ def _table(verdict: Verdict, info: dict[str, Any]) -> None:
         f"{m.requests} requests at {info['rate_rps']:g} req/s over {info['duration_s']:g} s "
         f"({info['gateway']}); load generator {m.generator_cpu_share:.0%} of a core"
     )
+    if info.get("max_tokens") is not None:
+        typer.echo(
+            f"answers capped at {info['max_tokens']} tokens: {info['capped_requests']} of {m.requests} requests "
+            f"asked for fewer tokens than the scenario's; per-request timeout {info['timeout_s']:g} s"
+        )
+    if m.requests > m.failed:  # measured even where the plan promises no latency (and so no check shows it)
+        typer.echo(f"latency of the {m.requests - m.failed} answered: P50 {m.p50_s:.3g} s, P95 {m.p95_s:.3g} s")
     typer.echo(f"{'check':<18} {'promised':>10} {'measured':>10}  {'tolerance':<10} ok")
     for c in verdict.checks:
         promised = "-" if c.promised is None else f"{c.promised:.4g}"
