@@ -10,6 +10,7 @@ reason where ``make sglang`` was not run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -62,6 +63,11 @@ def test_sglang_cpu_replica_command() -> None:
     )
     argv = list(replica_process(small, 4322, "127.0.0.1", opts).argv)
     assert argv[argv.index("--model-path") + 1] == "/m/other" and argv[argv.index("--max-total-tokens") + 1] == "4096"
+    # an fp8 replica of a GPU plan runs in bf16 on the CPU engine (SGLang's fp8 is a GPU kernel); on a GPU it stays fp8
+    fp8 = dataclasses.replace(large, dtype="fp8")
+    assert "--quantization" not in replica_process(fp8, 4323, "127.0.0.1", opts).argv
+    gpu = LaunchOptions(emulate=False, python="/p")
+    assert "--quantization" in replica_process(fp8, 4323, "127.0.0.1", gpu).argv
 
 
 def test_sglang_cpu_refusals_are_one_line(tmp_path: Path) -> None:

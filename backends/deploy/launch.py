@@ -138,16 +138,17 @@ def replica_process(
 
         path = opts.model_paths.get(key.tier) or opts.default_model_path or builtin_catalog().model(key.model).hf_id
         so = SGLangOptions(host=host, mem_fraction_static=opts.mem_fraction_static, python=opts.python)
-        tp, pp = key.tp, key.pp
-        if opts.sglang_cpu:  # the plan's GPU type and tp/pp only name the replica: one CPU process serves it
-            from dataclasses import replace
+        tp, pp, dtype = key.tp, key.pp, key.dtype
+        if opts.sglang_cpu:  # the plan's GPU type, tp/pp and dtype only name the replica: one bf16 CPU process
+            from dataclasses import replace  # serves it (fp8 is a GPU kernel SGLang's CPU engine does not have)
 
             from backends.sglang.cpu import DEFAULT_MAX_TOTAL_TOKENS, cpu_options
 
             tokens = opts.max_total_tokens or DEFAULT_MAX_TOTAL_TOKENS
             so = replace(cpu_options(opts.python, max_total_tokens=tokens), host=host)
             tp = pp = 1
-        argv = sglang_argv(path, port=port, tp=tp, pp=pp, dtype=key.dtype, served_model_name=key.tier, options=so)
+            dtype = "bf16"
+        argv = sglang_argv(path, port=port, tp=tp, pp=pp, dtype=dtype, served_model_name=key.tier, options=so)
         if opts.token:  # SGLang takes its key on the command line only (visible to local users in ps)
             argv += ["--api-key", opts.token]
         env = dict(LIVENESS_ENV)
