@@ -27,8 +27,9 @@ do. Why not one free head per tier (``boute-multi-router/1``, still loaded): on 
 training rows) the N independent heads each fit their own noise, and their differences, which are what the
 argmax reads, are mostly that noise: held-out APGR 0.44 (3 tiers) and 0.57 (4 tiers) against the ladder's
 0.50 and 0.65; damped per-tier residuals on top of the shared difficulty lost too (0.43-0.49, 0.57-0.60). The
-item-response model reaches the ladder's APGR (0.505 and 0.654 held out; 0.493 and 0.566 on RouterBench's
-separate test file, the ladder 0.491 and 0.566): the per-query signal on this data is one difficulty.
+item-response model reaches the ladder's APGR (0.513 and 0.654 held out; 0.494 and 0.566 on RouterBench's
+separate test file, the ladder 0.491 and 0.566; ``python -m bench quality_routers``): the per-query signal on
+this data is one difficulty.
 
 Prices for given shares (:func:`prices_for_shares`): coordinate descent on the dual
 
