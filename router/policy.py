@@ -87,7 +87,7 @@ class PricedScorer:
         from boute.quality.multi import route
 
         if self.difficulty:
-            return np.asarray(self.router.difficulty(self.router.features(prompts)), dtype=np.float64)
+            return np.asarray(self.router.score(prompts), dtype=np.float64)
         return route(self.router.predict(prompts), self.prices).astype(np.float64)
 
     def score_one(self, prompt: str) -> float:

@@ -170,7 +170,7 @@ def test_the_gateway_scores_a_multi_plan_by_difficulty_and_the_replan_loop_follo
     sc, qm = gsm8k_multi
     router = load_multi_router(qm.info["router_path"])
     prompts = list(profile_for(sc).prompts)
-    np.testing.assert_allclose(router.difficulty(router.features(prompts)), qm.route_all, atol=1e-9)
+    np.testing.assert_allclose(router.score(prompts), qm.route_all, atol=1e-9)
     f = [0.7, 0.3]
     prices = [float(v) for v in qm.preroute(f).prices]
     scorer = PricedScorer(router, prices)

@@ -44,6 +44,16 @@ def _boute(*args: str, env: dict[str, str], timeout: float = SAFETY_S) -> subpro
     )
 
 
+def _require_sglang_server() -> None:
+    """Skip, with the build's own reason, where ``make sglang`` was not run."""
+    from backends.sglang.cpu import server_install
+
+    try:
+        server_install()
+    except BouteError as exc:
+        pytest.skip(str(exc))
+
+
 def test_sglang_cpu_replica_command() -> None:
     opts = LaunchOptions(emulate=False, sglang_cpu=True, python="/srv/py", default_model_path="/m/smollm2")
     small, large = desired_replicas(open_plan(PLAN))
@@ -115,12 +125,9 @@ def _status(d: Path, env: dict[str, str]) -> dict[str, Any]:
 def test_two_tier_plan_on_real_sglang(tmp_path: Path, redis_url: str) -> None:
     from openai import APIStatusError, OpenAI
 
-    from backends.sglang.cpu import server_install, tree_rss_mb
+    from backends.sglang.cpu import tree_rss_mb
 
-    try:
-        server_install()
-    except BouteError as exc:
-        pytest.skip(str(exc))
+    _require_sglang_server()
     env = {**os.environ, "BOUTE_REDIS_URL": redis_url}
     d, prefix = tmp_path / "dep", f"test-sglang-plan-{uuid.uuid4().hex[:8]}"
     seen: set[int] = set()  # every replica process (and its scheduler/detokenizer children) ever seen
@@ -266,12 +273,7 @@ def test_failover_within_a_tier_on_real_sglang_fails_no_request(tmp_path: Path, 
     whose first chunk was relayed cannot be retried (it ends with an SSE error event, by design)."""
     from openai import OpenAI
 
-    from backends.sglang.cpu import server_install
-
-    try:
-        server_install()
-    except BouteError as exc:
-        pytest.skip(str(exc))
+    _require_sglang_server()
     env = {**os.environ, "BOUTE_REDIS_URL": redis_url}
     d, prefix = tmp_path / "dep", f"test-sglang-failover-{uuid.uuid4().hex[:8]}"
     plan = two_replica_plan(tmp_path / "plan.json")

@@ -116,6 +116,11 @@ class MultiRouter:
         head = LinearHead(self.coef, self.intercept, self.classes)
         return head.expected(x, len(self.tiers) - 1)
 
+    def score(self, prompts: Sequence[str]) -> np.ndarray:
+        """Difficulty of ``prompts`` in [0, 1] (format /2): the ladder router's score on the same rows, what the
+        gateway records for the re-plan loop."""
+        return self.difficulty(self.features(prompts))
+
     def predict(self, prompts: Sequence[str], emb: np.ndarray | None = None) -> np.ndarray:
         """(n, N): predicted probability that each tier's answer is good (score >= good_threshold)."""
         x = self.features(prompts, emb)

@@ -181,9 +181,11 @@ class Multi:
         instead of three or four (0.13 against 0.31 ms of CPU on RouterBench's 3 tiers). The calibration
         prompts' assignment, and so every held-out figure, is the same from any start (exact counts: module
         doc of :mod:`boute.quality.multi`)."""
+        return self._prices_at(self._key(f), f)
+
+    def _prices_at(self, key: tuple[int, ...], f: list[float]) -> np.ndarray:
         from boute.quality.multi import prices_for_shares
 
-        key = self._key(f)
         if key not in self._prices:
             if len(self._prices) > 100_000:
                 self._prices.clear()
@@ -197,7 +199,7 @@ class Multi:
         if key not in self._routed:
             if len(self._routed) > 100_000:
                 self._routed.clear()
-            lam = self.prices(f)
+            lam = self._prices_at(key, f)
             tier = route(self.predicted[self.test_index], lam)
             y = self.q[np.arange(len(tier)), tier]
             shares = np.bincount(tier, minlength=self.q.shape[1]) / max(len(tier), 1)

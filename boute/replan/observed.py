@@ -72,7 +72,7 @@ def promise_of(
 
         multi = load_multi_router(base / plan.routing.router)
         if multi.calib is not None:  # an item-response router scores by difficulty, as the gateway records it
-            scores = np.asarray(multi.difficulty(multi.features(prompts)))
+            scores = np.asarray(multi.score(prompts))
     mix = sc.workload.mix
     if mix is not None and len(scores) == len(prompts):  # the plan was made for a mix: its reference, resampled
         rows = systematic_resample(mix_weights(scores, mix.edges, mix.shares), len(scores))
