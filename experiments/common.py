@@ -117,6 +117,16 @@ class Evaluators:
     def quality_model(self) -> Any:
         return self.fast.quality_model
 
+    def search(self) -> dict[str, Any]:
+        """BOute's search as ``boute optimize`` runs it by default (:func:`boute.optimize.plan_run.make_plan`):
+        the simulator is the objective, the fast path the prior its GP corrects, proposals in batches of
+        ``PlanRequest.batch`` evaluated by one worker process per core. Keyword arguments of
+        :func:`boute.optimize.session.optimize`; the simulator's choice is its own confirmation."""
+        from boute.optimize.evaluators.pool import default_workers
+        from boute.optimize.plan_run import PlanRequest
+
+        return {"evaluator": self.sim, "prior": self.fast, "batch": PlanRequest.batch, "workers": default_workers()}
+
     def policy(self, fractions: Any) -> Any:
         from boute.optimize.evaluators import policy_of
 

@@ -7,10 +7,11 @@ protocol is not fully stated; we run the reading that fits its figures and two s
     floor (:func:`experiments.metrics.max_rate`: fast-path bisection, confirmed by the simulator). BOute's
     least budget ``B`` to match it is the cost of the cheapest plan it finds that serves that rate under the
     cap at the floor (``--objective cost`` at that rate, confirmed by the simulator); saving = ``1 - B / 30``.
-(b) **Equal effort.** At the same targets every system gets the same number of fast-path evaluations
-    (``evals``) to find its cheapest plan, then at most ``confirm`` simulator confirmations of its plans
-    meeting the targets, cheapest first (the cost x P95 staircase of :mod:`boute.optimize.confirm`); its
-    figure is the cheapest plan the simulator confirms. Targets: each baseline's rate from (a) (BOute vs
+(b) **Equal effort.** At the same targets every system gets the same number of evaluations (``evals``) to
+    find its cheapest plan: BOute's are simulator runs (``boute optimize --objective cost`` as it runs by
+    default), each baseline's are fast-path evaluations of its own search followed by at most ``confirm``
+    simulator confirmations of its plans meeting the targets, cheapest first (the cost x P95 staircase of
+    :mod:`boute.optimize.confirm`); its figure is the cheapest plan the simulator confirms. Targets: each baseline's rate from (a) (BOute vs
     that baseline), and the scenario's own 100 req/s (every system). The budget is only a ceiling here (the
     whole GPU inventory), so a figure above $30/h is reported as it is.
 (c) **Throughput per dollar.** Each system's rate at $30/h from (a) over the cost of the plan that sustains

@@ -145,8 +145,9 @@ def write_report(ctx: Context, out: dict[str, Any]) -> None:
         parts.append(f"## {name}: {s['description']}\n")
         parts.append(
             f"Floor {s['quality_floor']}, P95 cap {s['p95_cap_s']} s, {s['rate_rps']:g} req/s; cost searches may use "
-            f"the whole inventory (${s['inventory_cost_per_hour']:.2f}/h); {st['evals']} fast evaluations and at most "
-            f"{st['confirm']} simulator confirmations per system and target.\n"
+            f"the whole inventory (${s['inventory_cost_per_hour']:.2f}/h); {st['evals']} evaluations per system and "
+            f"target (BOute's on the simulator; the baselines' on the fast path, then at most {st['confirm']} "
+            "simulator confirmations).\n"
         )
         rows = []
         for base, r in s["matched"].items():

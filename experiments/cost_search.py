@@ -1,6 +1,7 @@
-"""Experiment 5's cost searches, protocol (b): each system's cheapest plan with a fixed number of fast-path
-evaluations (BOute's cost objective, the baselines' own families and searches), then the cheapest of them
-the simulator confirms. :mod:`experiments.cost` runs them per scenario and target."""
+"""Experiment 5's cost searches, protocol (b): each system's cheapest plan with a fixed number of evaluations
+(BOute's cost objective as ``boute optimize`` runs it, the simulator its objective and the fast path its
+prior; the baselines' own families and searches on the fast path), then the cheapest of them the simulator
+confirms. :mod:`experiments.cost` runs them per scenario and target."""
 
 from __future__ import annotations
 
@@ -54,12 +55,11 @@ def _space(sc: Any, **kw: Any) -> Any:
 
 
 def _boute(evs: Evaluators, ctx: Context, n: int, track: str | None, gpus: tuple[str, ...] | None = None) -> Any:
-    """``boute optimize --objective cost`` with ``n`` fast evaluations: the session's Outcome."""
+    """``boute optimize --objective cost`` with ``n`` evaluations (:meth:`Evaluators.search`): the Outcome."""
     from boute.optimize.session import optimize
 
     return optimize(
         evs.scenario,
-        evaluator=evs.fast,
         objective="cost",
         max_evals=n,
         seed=ctx.seed,
@@ -68,6 +68,7 @@ def _boute(evs: Evaluators, ctx: Context, n: int, track: str | None, gpus: tuple
         gpus=gpus,
         store=ctx.store() if track else None,
         experiment=track,
+        **evs.search(),
     )
 
 
@@ -174,8 +175,8 @@ def _cascadia_cost(evs: Evaluators, n: int, grid: int) -> list:
 def cost_search(
     system: str, fam: Family, rate: float | None, ctx: Context, st: dict[str, Any], track: str | None
 ) -> tuple[str, list, Any]:
-    """``(mode, [(candidate, fast result)], BOute's Outcome or None)``: ``system``'s own search for its
-    cheapest plan, ``evals`` fast evaluations long."""
+    """``(mode, [(candidate, result)], BOute's Outcome or None)``: ``system``'s own search for its cheapest
+    plan, ``evals`` evaluations long (the simulator's for BOute's searches, else the fast path's)."""
     from experiments.systems import _random_pairs, large_only
 
     n = st["evals"]
@@ -213,7 +214,7 @@ def _figures(cand: Any, fast: Any, sim: Any) -> dict[str, Any]:
     return {
         "cost_per_hour": cand.cost_per_hour,
         "quality": sim.quality,
-        "fast_p95_s": None if fast is None else fast.p95_latency_s,
+        "fast_p95_s": None if fast is None or fast.evaluator != "fast" else fast.p95_latency_s,
         "sim_p95_s": sim.p95_latency_s,
         "fractions": list(cand.fractions),
         "plan": deployment_text(cand.deployment),
@@ -250,34 +251,48 @@ def cheapest_confirmed(pairs: list, evs: Evaluators, k: int) -> dict[str, Any]:
 
 
 def boute_confirmed(outcome: Any, evs: Evaluators, k: int, ctx: Context) -> dict[str, Any]:
-    """BOute's figure: what ``boute optimize`` writes. Its confirmation (:mod:`boute.optimize.confirm`: the
-    best plans, then a search with the simulator correcting the fast path if the cheapest fails) with the
-    same ``k`` simulator runs as every baseline."""
+    """BOute's figure: what ``boute optimize`` writes. Its search's evaluator is the simulator, so (as in
+    :func:`boute.optimize.plan_run.make_plan`) the chosen plan is its own confirmation; a search on the fast
+    path is confirmed by :mod:`boute.optimize.confirm` (the best plans, then a search with the simulator
+    correcting the fast path) with the same ``k`` simulator runs as every baseline."""
     from boute.optimize.confirm import confirm
 
     pairs = _pairs(outcome)
     out: dict[str, Any] = {"evals": outcome.evaluations, "fast_feasible": sum(bool(r.feasible) for _, r in pairs)}
     if outcome.chosen is None:
-        out["note"] = "no plan meets the targets by the fast path"
+        out["note"] = "no plan meets the targets by the search's evaluator"
         return out
-    out["cheapest_fast_per_hour"] = outcome.chosen.result.cost_per_hour
-    store = ctx.store() if outcome.experiment_id is not None else None
-    confirm(outcome, evs.sim, store=store, max_evals=k, seed=ctx.seed, prior=evs.fast)
-    out["confirmations"] = [
-        {
-            "cost_per_hour": t.candidate.cost_per_hour,
-            "sim_p95_s": t.result.p95_latency_s,
-            "meets": t.result.feasible,
-            "status": t.status,
-        }
-        for t in outcome.confirmations
-        if t.result is not None
-    ]
+    chosen = outcome.chosen
+    searched_sim = chosen.result.evaluator == "sim"
+    if searched_sim:
+        out["fast_feasible"] = sum(bool(evs.fast(c).feasible) for c, _ in pairs)
+        out["cheapest_fast_per_hour"] = min((c.cost_per_hour for c, _ in pairs if evs.fast(c).feasible), default=None)
+        outcome.confirmed[chosen.index] = chosen.result
+        outcome.final = chosen
+        r = chosen.result  # the simulator's own choice: the one "confirmation", no further runs
+        out["confirmations"] = [
+            {"cost_per_hour": chosen.candidate.cost_per_hour, "sim_p95_s": r.p95_latency_s, "meets": r.feasible}
+        ]
+    else:
+        out["cheapest_fast_per_hour"] = chosen.result.cost_per_hour
+        store = ctx.store() if outcome.experiment_id is not None else None
+        confirm(outcome, evs.sim, store=store, max_evals=k, seed=ctx.seed, prior=evs.fast)
+        out["confirmations"] = [
+            {
+                "cost_per_hour": t.candidate.cost_per_hour,
+                "sim_p95_s": t.result.p95_latency_s,
+                "meets": t.result.feasible,
+                "status": t.status,
+            }
+            for t in outcome.confirmations
+            if t.result is not None
+        ]
     if outcome.final is None:
         out["note"] = f"the simulator rejected all {len(out['confirmations'])} plans it checked"
         return out
     t = outcome.final
-    out.update(_figures(t.candidate, t.result if t.result.evaluator != "sim" else None, outcome.confirmed[t.index]))
+    fast = evs.fast(t.candidate) if t.result.evaluator == "sim" else t.result
+    out.update(_figures(t.candidate, fast, outcome.confirmed[t.index]))
     return out
 
 

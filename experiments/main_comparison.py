@@ -82,6 +82,9 @@ def evaluate_system(system: str, evs: Evaluators, ctx: Context, st: dict[str, An
     }
     if run.chosen is not None:
         r = run.chosen_result
+        row.update({"search_evaluator": r.evaluator, "search_p95_s": r.p95_latency_s})  # what it chose by
+        if r.evaluator != "fast":  # BOute searched with the simulator: the fast path's figures beside it
+            r = evaluators_for(run, evs).fast(run.chosen)
         row.update(
             {
                 "quality": r.quality,

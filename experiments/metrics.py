@@ -94,11 +94,12 @@ def max_rate(run: SystemRun, evs: Evaluators, top_k: int = 3, sim_steps: int = 8
     """Max sustainable rate of the system's best plan meeting the floor and budget (see module doc)."""
     ev = evaluators_for(run, evs)
     sc = ev.scenario
+    # the fast path's figures of every plan (a simulator search's results carry no capacity)
+    fast = [(c, r if r.evaluator == "fast" else ev.fast(c)) for c, r in run.pool if r is not None]
     pool = [
         (c, r)
-        for c, r in run.pool
-        if r is not None
-        and sc.goal.met_by(r.quality, 0.0, c.cost_per_hour)  # floor and budget; the rate is what is sought
+        for c, r in fast
+        if sc.goal.met_by(r.quality, 0.0, c.cost_per_hour)  # floor and budget; the rate is what is sought
         and r.capacity_rps is not None
         and r.capacity_rps > 0
     ]

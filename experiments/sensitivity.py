@@ -58,10 +58,11 @@ def shifted(scenario: Any, change: dict[str, float]) -> Any:
 
 def rescored(trials: list[Any], evs: Evaluators) -> list[Any]:
     """The nominal search's plans re-evaluated under the shifted condition: re-planning starts from what
-    is known (the deployed plan among them) instead of from scratch, as an operator's re-planner would."""
+    is known (the deployed plan among them) instead of from scratch, as an operator's re-planner would. They
+    are re-simulated: the simulator is what BOute's search optimises (:meth:`Evaluators.search`)."""
     from dataclasses import replace
 
-    return [replace(t, result=evs.fast(t.candidate)) for t in trials if t.ok]
+    return [replace(t, result=evs.sim(t.candidate)) for t in trials if t.ok]
 
 
 def run(ctx: Context) -> dict[str, Any]:

@@ -109,44 +109,36 @@ def run_boute(
     track: str | None = None,
     warm: Sequence[Any] = (),
 ) -> SystemRun:
-    """MOBO over the joint space; ``track`` names the tracking-DB experiment recording every trial."""
-    from boute.optimize.loop import run_search
-    from boute.optimize.registry import make_strategy
+    """BOute's search as ``boute optimize`` runs it (:meth:`Evaluators.search`: the simulator the objective,
+    the fast path its prior); ``track`` names the tracking-DB experiment recording every trial, ``warm``
+    holds trials of the same scenario at a higher budget that this search starts from."""
     from boute.optimize.session import optimize
 
     t0 = time.perf_counter()
     sp = _space(evs.scenario, gpus=gpus)
     if sp is None:
         return SystemRun("boute", "preroute", None, None, note="no tier fits the budget")
-    if track is not None:
-        out = optimize(
-            evs.scenario,
-            strategy="mobo",
-            evaluator=evs.fast,
-            max_evals=max_evals,
-            seed=ctx.seed,
-            patience=patience,
-            gpus=gpus,
-            store=ctx.store(),
-            experiment=track,
-            strategy_options=strategy_options,
-        )
-        trials = out.trials
-    else:
-        strat = make_strategy("mobo", sp, ctx.seed, **(strategy_options or {}))
-        min_trials = getattr(strat, "n_init", 0) + 1
-        start = _rehome(sp, warm)
-        trials = run_search(
-            sp,
-            evs.fast,
-            strat,
-            max_evals=len(start) + max_evals,
-            patience=patience,
-            min_trials=max(min_trials, len(start) + 1),
-            trials=start,
-        )
+    start = _rehome(sp, warm)
+    out = optimize(
+        evs.scenario,
+        strategy="mobo",
+        max_evals=len(start) + max_evals,
+        seed=ctx.seed,
+        patience=patience,
+        gpus=gpus,
+        store=ctx.store() if track is not None else None,
+        experiment=track,
+        strategy_options=strategy_options,
+        start=start,
+        **evs.search(),
+    )
+    trials = out.trials
     run = _finish(
-        "boute", "preroute", [(t.candidate, t.result) for t in trials if t.ok], t0, f"mobo, {len(trials)} evaluations"
+        "boute",
+        "preroute",
+        [(t.candidate, t.result) for t in trials if t.ok],
+        t0,
+        f"mobo on the simulator, {len(trials) - len(start)} evaluations",
     )
     run.extra["trials"] = trials
     return run

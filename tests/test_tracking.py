@@ -370,3 +370,30 @@ def test_models_match_the_migrated_schema(db_url: str) -> None:
     finally:
         store.close()
     assert diff == [], diff
+
+
+def test_a_warm_start_is_evaluated_once_recorded_and_never_the_whole_search(sqlite_url: str) -> None:
+    """``optimize(start=...)``: the trials of a related search are not re-evaluated, count towards
+    ``max_evals``, go into the store (so a resume has them), and the search still evaluates plans of its own
+    even when the warm trials alone would satisfy ``patience``."""
+    sc = load_scenario(None)
+    first = optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=12, patience=None)
+    ev = SyntheticEvaluator(sc)
+    store = open_store(sqlite_url)
+    try:
+        warm = optimize(
+            sc,
+            strategy="random",
+            evaluator=ev,
+            max_evals=len(first.trials) + 4,
+            patience=1,
+            store=store,
+            experiment="w",
+            start=first.trials,
+            seed=1,
+        )
+        assert warm.resumed_trials == len(first.trials) and warm.trials[: len(first.trials)] == first.trials
+        assert ev.calls >= 1 and len(warm.trials) > len(first.trials)  # patience 1 did not end it at the start
+        assert [r.index for r in store.trial_rows(warm.experiment_id)] == list(range(len(warm.trials)))
+    finally:
+        store.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from boute.errors import InfeasibleError
@@ -121,6 +121,7 @@ def optimize(
     batch: int = 1,
     workers: int = 1,
     time_budget_s: float | None = None,
+    start: Sequence[Trial] = (),
 ) -> Outcome:
     """Search, record, choose. ``objective``/``prefer``: :mod:`boute.optimize.objectives`; ``screen``: project
     proposals onto the quality floor and drop plans over the capacity bound (:mod:`boute.optimize.screen`).
@@ -130,6 +131,8 @@ def optimize(
     ``batch``/``workers``: proposals per step and the processes evaluating them
     (:mod:`boute.optimize.evaluators.pool`);
     ``time_budget_s``: stop asking new proposals after this many seconds of search.
+    ``start``: trials of a related search valid in this space (the same scenario at another budget, say) that
+    this one starts from when no stored trials resume it; they count towards ``max_evals`` like resumed ones.
     """
     deadline = None if time_budget_s is None else time.monotonic() + float(time_budget_s)
     obj = objective if isinstance(objective, Objective) else make_objective(objective, prefer)
@@ -145,6 +148,7 @@ def optimize(
     strat = make_strategy(strategy, space, seed, **options)
     scr = Screen.build(space, ev.quality_model, ev.mode) if screen else None
     trials: list[Trial] = []
+    stored = False  # resumed from the store (else from ``start``, if at all)
     exp_id = None
     name = experiment
     if store is not None:
@@ -157,7 +161,13 @@ def optimize(
         )
         exp_id = exp.id
         trials = [trial_from_row(r) for r in store.trial_rows(exp_id)]
+        stored = bool(trials)
         store.set_status(exp_id, "running", max_evals=max_evals)
+    if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it
+        trials = list(start)
+        if store is not None:
+            for t in trials:
+                store.add_trial(exp_id, trial_row(t))
     resumed = len(trials)
 
     def record(t: Trial) -> None:
@@ -166,7 +176,8 @@ def optimize(
         if on_trial is not None:
             on_trial(t, trials)
 
-    min_trials = strat.n_init + 1  # never converged inside the initial design
+    # never converged inside the initial design, nor before a warm start's first evaluation of its own
+    min_trials = max(strat.n_init, len(start) if resumed and not stored else 0) + 1
     with EvaluatorPool(ev, scenario, seed, workers=workers) as pool:
         done = run_search(
             space,
