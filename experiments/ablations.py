@@ -1,7 +1,7 @@
 """Experiment 3, ablations of BOute's optimiser on gsm8k-f87 (equal evaluation budgets, same seeds).
 
 Variants, each changing one thing of the search ``boute optimize`` runs by default
-(:meth:`experiments.common.Evaluators.search`) and of its :class:`boute.optimize.strategies.mobo.MoboStrategy`
+(:meth:`experiments.common.Evaluators.search`, without its screen: every proposal is evaluated) and of its :class:`boute.optimize.strategies.mobo.MoboStrategy`
 (its public options, or a subclass here where it has no switch):
 
 * ``boute``: the default: the simulator is the objective; exact quality (the quality model as a deterministic
@@ -129,7 +129,7 @@ def sim_trace(trials: Sequence[Any], evs: Evaluators) -> list[float]:
     best, out = math.inf, []
     for t in trials:
         if t.ok:
-            r = t.result if t.result.evaluator == "sim" else evs.sim(t.candidate)
+            r = evs.sim_of(t.candidate, t.result)
             if r.feasible:
                 best = min(best, r.p95_latency_s)
         out.append(best)
@@ -147,7 +147,7 @@ def run_variant(variant: str, seed: int, evs: Evaluators, ctx: Context, st: dict
     ev = evs.fast if variant == "fast-objective" else search["evaluator"]
     n = st["random_evals"] if variant == "random" else st["max_evals"]
     t0 = time.perf_counter()
-    with EvaluatorPool(ev, evs.scenario, 0, workers=search["workers"]) as pool:
+    with EvaluatorPool(ev, evs.scenario, evs.seed, workers=search["workers"]) as pool:
         trials = run_search(
             sp,
             ev,
@@ -209,7 +209,7 @@ def summarise(runs: list[dict[str, Any]]) -> tuple[float, dict[str, dict[str, An
 
 def run(ctx: Context) -> dict[str, Any]:
     st = settings(ctx)
-    evs = Evaluators(load(SCENARIO, ctx))
+    evs = Evaluators(load(SCENARIO, ctx), seed=ctx.seed)
     runs = []
     for variant in VARIANTS:
         for seed in range(ctx.seed, ctx.seed + st["seeds"]):

@@ -209,7 +209,7 @@ def _cascade_evaluators(evs: Evaluators) -> Evaluators:
     """Cascade-mode evaluators for the same scenario (shared across budgets: only feasibility changes)."""
     base_key = (evs.scenario.name, evs.scenario.targets, evs.fast.stats)
     if base_key not in _CASCADE:
-        _CASCADE[base_key] = Evaluators(evs.scenario, "cascade")
+        _CASCADE[base_key] = Evaluators(evs.scenario, "cascade", evs.seed)
     base = _CASCADE[base_key]
     if base.scenario.cluster.budget_per_hour == evs.scenario.cluster.budget_per_hour:
         return base

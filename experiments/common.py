@@ -90,10 +90,12 @@ def with_budget(scenario: Any, budget: float) -> Any:
 
 @dataclass
 class Evaluators:
-    """Fast and simulator evaluators of one scenario sharing one quality model (per routing mode)."""
+    """Fast and simulator evaluators of one scenario sharing one quality model (per routing mode); ``seed``
+    is the simulator's (its workload draw), the same one a search's worker processes rebuild it with."""
 
     scenario: Any
     mode: str = "preroute"
+    seed: int = 0
     _fast: Any = None
     _sim: Any = None
 
@@ -110,7 +112,7 @@ class Evaluators:
         if self._sim is None:
             from boute.optimize.evaluators import SimEvaluator
 
-            self._sim = SimEvaluator(self.scenario, self.mode, quality_model=self.fast.quality_model)
+            self._sim = SimEvaluator(self.scenario, self.mode, quality_model=self.fast.quality_model, seed=self.seed)
         return self._sim
 
     @property
@@ -127,6 +129,15 @@ class Evaluators:
 
         return {"evaluator": self.sim, "prior": self.fast, "batch": PlanRequest.batch, "workers": default_workers()}
 
+    def fast_of(self, cand: Any, result: Any) -> Any:
+        """The fast path's result for ``cand``: ``result`` itself when the fast path produced it (a baseline's
+        search), else a fresh fast evaluation (BOute's simulator search), for the figures only it has."""
+        return result if result is not None and result.evaluator == "fast" else self.fast(cand)
+
+    def sim_of(self, cand: Any, result: Any) -> Any:
+        """The simulator's result for ``cand``: ``result`` when the simulator produced it, else a simulation."""
+        return result if result is not None and result.evaluator == "sim" else self.sim(cand)
+
     def policy(self, fractions: Any) -> Any:
         from boute.optimize.evaluators import policy_of
 
@@ -135,7 +146,7 @@ class Evaluators:
     def at_budget(self, budget: float) -> Evaluators:
         """The same evaluators judging feasibility against another budget (workload unchanged)."""
         sc = with_budget(self.scenario, budget)
-        out = Evaluators(sc, self.mode)
+        out = Evaluators(sc, self.mode, self.seed)
         out._fast = copy.copy(self.fast)
         out._fast.scenario = sc
         if self._sim is not None:

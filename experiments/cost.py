@@ -4,7 +4,7 @@ The paper's headline is "15-61% (38% on average) lower serving cost at the same 
 protocol is not fully stated; we run the reading that fits its figures and two stricter ones:
 
 (a) **Paper protocol.** Each baseline's performance at $30/h is its max rate under the P95 cap at the quality
-    floor (:func:`experiments.metrics.max_rate`: fast-path bisection, confirmed by the simulator). BOute's
+    floor (:func:`experiments.metrics.max_rate`: fast-path bisection, then the simulator's). BOute's
     least budget ``B`` to match it is the cost of the cheapest plan it finds that serves that rate under the
     cap at the floor (``--objective cost`` at that rate, confirmed by the simulator); saving = ``1 - B / 30``.
 (b) **Equal effort.** At the same targets every system gets the same number of evaluations (``evals``) to
@@ -96,7 +96,7 @@ def _saving(boute: float | None, other: float | None) -> float | None:
 
 def run_scenario(name: str, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
     sc = load(name, ctx)
-    fam = Family(sc)
+    fam = Family(sc, ctx.seed)
     doc: dict[str, Any] = {
         "description": sc.description,
         "quality_floor": sc.targets.quality_floor,

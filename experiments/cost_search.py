@@ -30,8 +30,9 @@ def at(sc: Any, rate: float | None = None, budget: float | None = None) -> Any:
 class Family:
     """Evaluators of one scenario for several rates and modes, sharing one quality model per mode."""
 
-    def __init__(self, sc: Any) -> None:
+    def __init__(self, sc: Any, seed: int = 0) -> None:
         self.sc = sc
+        self.seed = seed
         self._qm: dict[str, Any] = {}
         self._evs: dict[tuple[str, float | None, float | None], Evaluators] = {}
 
@@ -43,7 +44,7 @@ class Family:
             sc = at(self.sc, rate, budget)
             fast = FastEvaluator(sc, mode, quality_model=self._qm.get(mode))
             self._qm.setdefault(mode, fast.quality_model)
-            self._evs[key] = Evaluators(sc, mode, _fast=fast)
+            self._evs[key] = Evaluators(sc, mode, self.seed, _fast=fast)
         return self._evs[key]
 
 
@@ -54,10 +55,14 @@ def _space(sc: Any, **kw: Any) -> Any:
     return space(sc, **kw)
 
 
-def _boute(evs: Evaluators, ctx: Context, n: int, track: str | None, gpus: tuple[str, ...] | None = None) -> Any:
-    """``boute optimize --objective cost`` with ``n`` evaluations (:meth:`Evaluators.search`): the Outcome."""
+def _boute(
+    evs: Evaluators, ctx: Context, n: int, track: str | None, gpus: tuple[str, ...] | None = None, fast: bool = False
+) -> Any:
+    """``boute optimize --objective cost`` with ``n`` evaluations (:meth:`Evaluators.search`): the Outcome.
+    ``fast``: search on the fast path instead (the one-GPU-type baseline, which searches as baselines do)."""
     from boute.optimize.session import optimize
 
+    search = {"evaluator": evs.fast} if fast else evs.search()
     return optimize(
         evs.scenario,
         objective="cost",
@@ -68,7 +73,7 @@ def _boute(evs: Evaluators, ctx: Context, n: int, track: str | None, gpus: tuple
         gpus=gpus,
         store=ctx.store() if track else None,
         experiment=track,
-        **evs.search(),
+        **search,
     )
 
 
@@ -205,7 +210,7 @@ def cost_search(
         for i, g in enumerate(types):
             share = n // len(types) + (1 if i < n % len(types) else 0)
             if _space(evs.scenario, gpus=(g,)) is not None and share > 0:
-                pairs += _pairs(_boute(evs, ctx, share, None, gpus=(g,)))
+                pairs += _pairs(_boute(evs, ctx, share, None, gpus=(g,), fast=True))
         return "preroute", pairs, None
     raise ValueError(f"unknown system '{system}'")
 
@@ -265,8 +270,9 @@ def boute_confirmed(outcome: Any, evs: Evaluators, k: int, ctx: Context) -> dict
     chosen = outcome.chosen
     searched_sim = chosen.result.evaluator == "sim"
     if searched_sim:
-        out["fast_feasible"] = sum(bool(evs.fast(c).feasible) for c, _ in pairs)
-        out["cheapest_fast_per_hour"] = min((c.cost_per_hour for c, _ in pairs if evs.fast(c).feasible), default=None)
+        fast_ok = [c.cost_per_hour for c, r in pairs if evs.fast_of(c, r).feasible]
+        out["fast_feasible"] = len(fast_ok)
+        out["cheapest_fast_per_hour"] = min(fast_ok, default=None)
         outcome.confirmed[chosen.index] = chosen.result
         outcome.final = chosen
         r = chosen.result  # the simulator's own choice: the one "confirmation", no further runs
@@ -291,8 +297,7 @@ def boute_confirmed(outcome: Any, evs: Evaluators, k: int, ctx: Context) -> dict
         out["note"] = f"the simulator rejected all {len(out['confirmations'])} plans it checked"
         return out
     t = outcome.final
-    fast = evs.fast(t.candidate) if t.result.evaluator == "sim" else t.result
-    out.update(_figures(t.candidate, fast, outcome.confirmed[t.index]))
+    out.update(_figures(t.candidate, evs.fast_of(t.candidate, t.result), outcome.confirmed[t.index]))
     return out
 
 

@@ -83,8 +83,7 @@ def evaluate_system(system: str, evs: Evaluators, ctx: Context, st: dict[str, An
     if run.chosen is not None:
         r = run.chosen_result
         row.update({"search_evaluator": r.evaluator, "search_p95_s": r.p95_latency_s})  # what it chose by
-        if r.evaluator != "fast":  # BOute searched with the simulator: the fast path's figures beside it
-            r = evaluators_for(run, evs).fast(run.chosen)
+        r = evaluators_for(run, evs).fast_of(run.chosen, r)  # BOute searched with the simulator: the fast path's too
         row.update(
             {
                 "quality": r.quality,
@@ -169,7 +168,7 @@ def run(ctx: Context, scenarios: tuple[str, ...] | None = None, systems: tuple[s
     out: dict[str, Any] = {"experiment": NAME, **ctx.stamp(), "settings": st, "scenarios": {}}
     for name in scenarios or st["scenarios"]:
         sc = load(name, ctx)
-        evs = Evaluators(sc)
+        evs = Evaluators(sc, seed=ctx.seed)
         rows: dict[str, dict[str, Any]] = {}
         for system in systems:
             rows[system] = evaluate_system(system, evs, ctx, st, name)

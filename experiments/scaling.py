@@ -58,8 +58,10 @@ def run_one(name: str, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
     from boute.optimize.session import optimize
 
     sc = load(name, ctx)
-    evs = Evaluators(sc)
-    search = evs.search()  # the quality model and the simulator's workload are built before the clock starts
+    evs = Evaluators(sc, seed=ctx.seed)
+    # the quality model and the simulator's workload are built before the clock starts; the worker processes
+    # and their evaluators are started inside it, as every `boute optimize` starts them
+    search = evs.search()
     stamps: list[float] = []
     t0 = time.perf_counter()
     out = optimize(
@@ -70,7 +72,8 @@ def run_one(name: str, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
         patience=st["patience"],
         store=ctx.store(),
         experiment=f"exp/{NAME}/{name}/mobo-trials/s{ctx.seed}/{ctx.preset}/{ctx.run_id}",
-        on_trial=lambda t, _: stamps.append(time.perf_counter() - t0),
+        # one stamp per evaluation (screened proposals are not evaluations): converge_point counts evaluations
+        on_trial=lambda t, _: stamps.append(time.perf_counter() - t0) if t.evaluated else None,
         strategy_options=st["mobo_options"],
         **search,
     )
@@ -81,12 +84,13 @@ def run_one(name: str, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
         "gpu_types": len([g for g, n in sc.cluster.gpus.items() if n > 0]),
         "gpus": sum(sc.cluster.gpus.values()),
         "dim": out.space.dim,
-        "evals": len(out.trials),
+        "evals": out.evaluations,
+        "screened": len(out.trials) - out.evaluations,
         "wall_s": wall,
         "eval_wall_s": sum(t.result.wall_s for t in out.trials if t.result is not None),
         "evals_to_converge": conv,
         "wall_to_converge_s": stamps[conv - 1] if conv else None,
-        "stopped_by": "patience" if len(out.trials) < st["max_evals"] else "max_evals",
+        "stopped_by": "patience" if out.evaluations < st["max_evals"] else "max_evals",
     }
     if out.chosen is not None:
         r = evs.fast(out.chosen.candidate)  # the fast path's figure beside the simulator's

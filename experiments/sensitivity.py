@@ -68,7 +68,7 @@ def rescored(trials: list[Any], evs: Evaluators) -> list[Any]:
 def run(ctx: Context) -> dict[str, Any]:
     st = settings(ctx)
     base = load(SCENARIO, ctx)
-    nominal_evs = Evaluators(base)
+    nominal_evs = Evaluators(base, seed=ctx.seed)
     plan_run = run_boute(
         nominal_evs, ctx, max_evals=st["max_evals"], patience=st["patience"], strategy_options=st["mobo_options"]
     )
@@ -78,7 +78,7 @@ def run(ctx: Context) -> dict[str, Any]:
     rows = []
     for cond in st["conditions"]:
         sc = shifted(base, CONDITIONS[cond])
-        evs = nominal_evs if cond == "nominal" else Evaluators(sc)
+        evs = nominal_evs if cond == "nominal" else Evaluators(sc, seed=ctx.seed)
         fixed = confirm(evs, plan, seed=ctx.seed)
         row: dict[str, Any] = {
             "condition": cond,

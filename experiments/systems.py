@@ -1,8 +1,9 @@
-"""The systems of the main comparison, each run on one scenario (at its budget) with the fast evaluator.
+"""The systems of the main comparison, each run on one scenario (at its budget).
 
-Every system returns a :class:`SystemRun`: the plan it would deploy (lowest fast-path P95 among its plans
-that meet the quality floor, the P95 cap and the budget, as BOute chooses) and the *pool* of plans it
-evaluated, from which the throughput metric picks its best plan at a higher rate.
+Every system returns a :class:`SystemRun`: the plan it would deploy (lowest P95 among its plans that meet the
+quality floor, the P95 cap and the budget, by the evaluator it searched with) and the *pool* of plans it
+evaluated, from which the throughput metric picks its best plan at a higher rate. BOute searches as
+``boute optimize`` does (the simulator its objective); the baselines search on the fast path.
 
 * ``boute``: the constrained MOBO of :mod:`boute.optimize.strategies.mobo` over routing + heterogeneous deployment.
 * ``70b-homogeneous``: the large model alone, every (GPU type, TP/PP) with as many replicas as fit.
@@ -33,7 +34,7 @@ class SystemRun:
     system: str
     mode: str
     chosen: Any  # Candidate | None: the plan the system deploys
-    chosen_result: Any  # EvalResult | None (fast path)
+    chosen_result: Any  # EvalResult | None (by the evaluator the system searched with)
     pool: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, EvalResult) evaluated
     evals: int = 0
     wall_s: float = 0.0
@@ -111,7 +112,7 @@ def run_boute(
 ) -> SystemRun:
     """BOute's search as ``boute optimize`` runs it (:meth:`Evaluators.search`: the simulator the objective,
     the fast path its prior); ``track`` names the tracking-DB experiment recording every trial, ``warm``
-    holds trials of the same scenario at a higher budget that this search starts from."""
+    holds trials of a related search (another budget, or another condition's re-scored plans) to start from."""
     from boute.optimize.session import optimize
 
     t0 = time.perf_counter()
@@ -133,12 +134,14 @@ def run_boute(
         **evs.search(),
     )
     trials = out.trials
+    own = trials[len(start) :]
     run = _finish(
         "boute",
         "preroute",
         [(t.candidate, t.result) for t in trials if t.ok],
         t0,
-        f"mobo on the simulator, {len(trials) - len(start)} evaluations",
+        f"mobo on the simulator, {sum(t.evaluated for t in own)} evaluations"
+        f" ({sum(not t.evaluated for t in own)} proposals screened out)",
     )
     run.extra["trials"] = trials
     return run
