@@ -14,6 +14,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from boute.errors import InfeasibleError
@@ -163,7 +164,9 @@ def optimize(
         trials = [trial_from_row(r) for r in store.trial_rows(exp_id)]
         store.set_status(exp_id, "running", max_evals=max_evals)
     if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it
-        trials, warm = list(start), len(start)
+        # numbered from 0 as this search's own trials; only evaluated ones count towards min_trials
+        trials = [replace(t, index=i) for i, t in enumerate(start)]
+        warm = sum(t.evaluated for t in trials)
         if store is not None:
             for t in trials:
                 store.add_trial(exp_id, trial_row(t))
