@@ -14,6 +14,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from boute.errors import InfeasibleError
@@ -148,7 +149,7 @@ def optimize(
     strat = make_strategy(strategy, space, seed, **options)
     scr = Screen.build(space, ev.quality_model, ev.mode) if screen else None
     trials: list[Trial] = []
-    stored = False  # resumed from the store (else from ``start``, if at all)
+    warm = 0  # trials taken from ``start``
     exp_id = None
     name = experiment
     if store is not None:
@@ -161,10 +162,11 @@ def optimize(
         )
         exp_id = exp.id
         trials = [trial_from_row(r) for r in store.trial_rows(exp_id)]
-        stored = bool(trials)
         store.set_status(exp_id, "running", max_evals=max_evals)
     if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it
-        trials = list(start)
+        # numbered from 0 as this search's own trials; only evaluated ones count towards min_trials
+        trials = [replace(t, index=i) for i, t in enumerate(start)]
+        warm = sum(t.evaluated for t in trials)
         if store is not None:
             for t in trials:
                 store.add_trial(exp_id, trial_row(t))
@@ -177,7 +179,7 @@ def optimize(
             on_trial(t, trials)
 
     # never converged inside the initial design, nor before a warm start's first evaluation of its own
-    min_trials = max(strat.n_init, len(start) if resumed and not stored else 0) + 1
+    min_trials = max(strat.n_init, warm) + 1
     with EvaluatorPool(ev, scenario, seed, workers=workers) as pool:
         done = run_search(
             space,
