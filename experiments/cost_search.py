@@ -219,7 +219,7 @@ def _figures(cand: Any, fast: Any, sim: Any) -> dict[str, Any]:
     return {
         "cost_per_hour": cand.cost_per_hour,
         "quality": sim.quality,
-        "fast_p95_s": None if fast is None or fast.evaluator != "fast" else fast.p95_latency_s,
+        "fast_p95_s": None if fast is None else fast.p95_latency_s,
         "sim_p95_s": sim.p95_latency_s,
         "fractions": list(cand.fractions),
         "plan": deployment_text(cand.deployment),
@@ -255,49 +255,23 @@ def cheapest_confirmed(pairs: list, evs: Evaluators, k: int) -> dict[str, Any]:
     return out
 
 
-def boute_confirmed(outcome: Any, evs: Evaluators, k: int, ctx: Context) -> dict[str, Any]:
+def boute_confirmed(outcome: Any, evs: Evaluators) -> dict[str, Any]:
     """BOute's figure: what ``boute optimize`` writes. Its search's evaluator is the simulator, so (as in
-    :func:`boute.optimize.plan_run.make_plan`) the chosen plan is its own confirmation; a search on the fast
-    path is confirmed by :mod:`boute.optimize.confirm` (the best plans, then a search with the simulator
-    correcting the fast path) with the same ``k`` simulator runs as every baseline."""
-    from boute.optimize.confirm import confirm
-
+    :func:`boute.optimize.plan_run.make_plan`) the chosen plan is its own confirmation: no further simulator
+    runs (the baselines' ``confirm`` budget is not spent)."""
     pairs = _pairs(outcome)
-    out: dict[str, Any] = {"evals": outcome.evaluations, "fast_feasible": sum(bool(r.feasible) for _, r in pairs)}
-    if outcome.chosen is None:
-        out["note"] = "no plan meets the targets by the search's evaluator"
+    fast_ok = [c.cost_per_hour for c, r in pairs if evs.fast_of(c, r).feasible]
+    out: dict[str, Any] = {"evals": outcome.evaluations, "fast_feasible": len(fast_ok)}
+    t = outcome.chosen
+    if t is None:
+        out["note"] = "no plan meets the targets by the simulator"
         return out
-    chosen = outcome.chosen
-    searched_sim = chosen.result.evaluator == "sim"
-    if searched_sim:
-        fast_ok = [c.cost_per_hour for c, r in pairs if evs.fast_of(c, r).feasible]
-        out["fast_feasible"] = len(fast_ok)
-        out["cheapest_fast_per_hour"] = min(fast_ok, default=None)
-        outcome.confirmed[chosen.index] = chosen.result
-        outcome.final = chosen
-        r = chosen.result  # the simulator's own choice: the one "confirmation", no further runs
-        out["confirmations"] = [
-            {"cost_per_hour": chosen.candidate.cost_per_hour, "sim_p95_s": r.p95_latency_s, "meets": r.feasible}
-        ]
-    else:
-        out["cheapest_fast_per_hour"] = chosen.result.cost_per_hour
-        store = ctx.store() if outcome.experiment_id is not None else None
-        confirm(outcome, evs.sim, store=store, max_evals=k, seed=ctx.seed, prior=evs.fast)
-        out["confirmations"] = [
-            {
-                "cost_per_hour": t.candidate.cost_per_hour,
-                "sim_p95_s": t.result.p95_latency_s,
-                "meets": t.result.feasible,
-                "status": t.status,
-            }
-            for t in outcome.confirmations
-            if t.result is not None
-        ]
-    if outcome.final is None:
-        out["note"] = f"the simulator rejected all {len(out['confirmations'])} plans it checked"
-        return out
-    t = outcome.final
-    out.update(_figures(t.candidate, evs.fast_of(t.candidate, t.result), outcome.confirmed[t.index]))
+    out["cheapest_fast_per_hour"] = min(fast_ok, default=None)
+    r = t.result
+    out["confirmations"] = [
+        {"cost_per_hour": t.candidate.cost_per_hour, "sim_p95_s": r.p95_latency_s, "meets": r.feasible}
+    ]
+    out.update(_figures(t.candidate, evs.fast_of(t.candidate, r), r))
     return out
 
 
@@ -308,5 +282,5 @@ def confirmed_cost(
     mode, pairs, outcome = found
     evs = fam.evs(mode, rate, inventory_cost(fam.sc))
     if outcome is not None:
-        return {"mode": mode, **boute_confirmed(outcome, evs, st["confirm"], ctx)}
+        return {"mode": mode, **boute_confirmed(outcome, evs)}
     return {"mode": mode, **cheapest_confirmed(pairs, evs, st["confirm"])}
