@@ -15,8 +15,8 @@ scenario and objective found, at any budget.
 
 Runs are appended to ``bench/results/optimize_table_runs.jsonl`` as they finish and a run already there is
 not repeated, so the table grows across sessions: ``BOUTE_TABLE_BUDGETS`` (default ``30,120``) and
-``BOUTE_TABLE_SEEDS`` (default 5) say what to fill; ``BOUTE_TABLE_SCENARIOS`` and ``BOUTE_TABLE_OBJECTIVES``
-(comma-separated) fill some rows only. ``BOUTE_TABLE_RUNS`` names another runs file in bench/results/: a
+``BOUTE_TABLE_SEEDS`` (default 5) say what to fill; ``BOUTE_TABLE_SCENARIOS``, ``BOUTE_TABLE_OBJECTIVES`` and
+``BOUTE_TABLE_STRATEGIES`` (comma-separated) fill some rows or columns only. ``BOUTE_TABLE_RUNS`` names another runs file in bench/results/: a
 change to the simulator (the judge of every row) starts a new one, since runs judged by different simulators
 do not compare (``optimize_table_runs.jsonl``: stops 32-34; ``optimize_table_runs_sim35.jsonl``: the
 simulator since stop 35, replaying the held-out rows with per-tier answer lengths). Wall times are on the shared 2-core machine, whatever else
@@ -111,6 +111,7 @@ def run(quick: bool = True) -> dict[str, Any]:
     if os.environ.get("BOUTE_TABLE_SCENARIOS"):
         scenarios = tuple(os.environ["BOUTE_TABLE_SCENARIOS"].split(","))
     objectives = tuple(os.environ.get("BOUTE_TABLE_OBJECTIVES", ",".join(OBJECTIVES)).split(","))
+    strategies = tuple(os.environ.get("BOUTE_TABLE_STRATEGIES", ",".join(STRATEGIES)).split(","))
     runs_file = RUNS.with_name(os.environ.get("BOUTE_TABLE_RUNS", RUNS.name))
     done = _done(runs_file)
     runs_file.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +120,7 @@ def run(quick: bool = True) -> dict[str, Any]:
             for ref in scenarios:
                 sc = _load(ref)
                 for objective in objectives:
-                    for strategy in STRATEGIES:
+                    for strategy in strategies:
                         key = (ref, objective, budget, strategy, seed)
                         if key in done:
                             continue
