@@ -162,6 +162,7 @@ def optimize(
         )
         exp_id = exp.id
         trials = [trial_from_row(r) for r in store.trial_rows(exp_id)]
+        warm = int(exp.settings.get("warm_start", 0)) if trials else 0  # a resumed warm start keeps its count
         store.set_status(exp_id, "running", max_evals=max_evals)
     if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it
         # numbered from 0 as this search's own trials; only evaluated ones count towards min_trials
@@ -170,6 +171,7 @@ def optimize(
         if store is not None:
             for t in trials:
                 store.add_trial(exp_id, trial_row(t))
+            store.set_status(exp_id, "running", warm_start=warm)
     resumed = len(trials)
 
     def record(t: Trial) -> None:
