@@ -401,7 +401,7 @@ def test_a_warm_start_is_evaluated_once_recorded_and_never_the_whole_search(sqli
             sc,
             strategy="random",
             evaluator=SyntheticEvaluator(sc),
-            max_evals=len(first.trials),
+            max_evals=sum(t.evaluated for t in first.trials),
             patience=1,
             store=store,
             experiment="w2",

@@ -168,10 +168,10 @@ def optimize(
         # numbered from 0 as this search's own trials; only evaluated ones count towards min_trials
         trials = [replace(t, index=i) for i, t in enumerate(start)]
         warm = sum(t.evaluated for t in trials)
-        if store is not None:
+        if store is not None:  # the count first: a resume after a crash in between overcounts, never forgets
+            store.set_status(exp_id, "running", warm_start=warm)
             for t in trials:
                 store.add_trial(exp_id, trial_row(t))
-            store.set_status(exp_id, "running", warm_start=warm)
     resumed = len(trials)
 
     def record(t: Trial) -> None:

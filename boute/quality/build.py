@@ -115,7 +115,7 @@ def build_quality_model(
     routed_by: Any = router
     if router_kind == "multi":
         # a router trained here is the multi router's level head already (same rows, seed, relative levels)
-        ladder = (router.head, float(router.metadata["C"])) if router_path is None else None
+        ladder = router if router_path is None else None
         routed_by, router_file = _trained_multi_router(profile, models, train, cache_dir, seed, ladder)
         prerouting = MultiRouting(routed_by.predict(profile.prompts))
     elif router_kind != "ladder":
@@ -198,12 +198,13 @@ def _trained_multi_router(
     train: np.ndarray,
     cache_dir: Path | None,
     seed: int,
-    level_head: tuple[Any, float] | None = None,
+    ladder: Any = None,
 ) -> tuple[MultiRouter, Path]:
     """Train the multi router on rows ``train``, or reuse the one trained before on the same profile content,
     tiers, rows and seed (kept beside the ladder routers, named by a hash of those; a damaged entry is
-    retrained). Training is a cross-validated level head (``level_head``: the ladder router's, when it is the same
-    fit), refitted on 5 folds, and N one-feature fits: seconds."""
+    retrained). Training is a cross-validated level head, refitted on 5 folds, and N one-feature fits: seconds.
+    ``ladder``: the ladder router trained on the same rows and seed; its level head is this very fit, taken
+    with the static table it was fitted on (a re-distilled cache must not mix with it)."""
     import hashlib
     import json
 
@@ -223,8 +224,11 @@ def _trained_multi_router(
             return load_multi_router(path), path
         except (SpecError, KeyError, ValueError, OSError):
             pass
-    static = load_static(cache_dir=cache_dir)
-    trained = train_multi_router(profile, models, train, static, seed=seed, level_head=level_head)
+    if ladder is not None and ladder.static is not None:
+        head = (ladder.head, float(ladder.metadata["C"]))
+        trained = train_multi_router(profile, models, train, ladder.static, seed=seed, level_head=head)
+    else:
+        trained = train_multi_router(profile, models, train, load_static(cache_dir=cache_dir), seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     return trained.save(path), path
 
