@@ -104,6 +104,7 @@ def _compare(name: str, quick: bool) -> dict[str, Any]:
     for prompt in ext.prompts[:200]:
         ladder.score_one(prompt)
     ladder_us = (time.perf_counter() - t1) / 200 * 1e6
+    tier_of = _tier_of_cost(multi, p_all, d_ext)
 
     grid = _simplex(len(models), 0.1 if quick or len(models) > 3 else 0.05)
     held = {
@@ -122,6 +123,7 @@ def _compare(name: str, quick: bool) -> dict[str, Any]:
         "n_policies": len(grid),
         "multi_train_s": round(train_s, 2),
         "score_one_us": {"ladder": round(ladder_us, 1), "multi": round(multi_us, 1)},
+        "gateway_tier_of_us": tier_of,
         "held_out": {},
     }
     for label, (scores, costs) in held.items():
@@ -162,6 +164,30 @@ def _compare(name: str, quick: bool) -> dict[str, Any]:
             },
         }
     out["coverage"] = _coverage(qm, profile.scores[:, cols], quick)
+    return out
+
+
+def _tier_of_cost(multi: Any, p_all: np.ndarray, scores: np.ndarray) -> dict[str, float]:
+    """Per-request cost of the gateway's tier map for a multi plan (``router.policy.PricedScorer.tier_of``:
+    difficulty -> argmax_k sigmoid(a_k + b_k d) - lambda_k, after the score it shares with the ladder), against
+    the ladder's (a bisect on its thresholds), in microseconds per prompt over the test file's scores."""
+    import bisect
+
+    from boute.quality.multi import prices_for_shares
+    from router.policy import PricedScorer
+
+    k = multi.coef.shape[0] if multi.calib is None else multi.calib.shape[0]
+    priced = PricedScorer(multi, [float(v) for v in prices_for_shares(p_all, np.full(k, 1.0 / k))])
+    cuts = [float(v) for v in np.quantile(scores, np.arange(1, k) / k)]
+    out: dict[str, float] = {}
+    for name, fn in (("multi", priced.tier_of), ("ladder", lambda d: bisect.bisect_left(cuts, d))):
+        times = []
+        for d in scores.tolist() * 5:
+            t = time.perf_counter()
+            fn(d)
+            times.append(time.perf_counter() - t)
+        out[f"{name}_p50_us"] = round(float(np.median(times)) * 1e6, 2)
+        out[f"{name}_p99_us"] = round(float(np.quantile(times, 0.99)) * 1e6, 2)
     return out
 
 

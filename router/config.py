@@ -38,7 +38,7 @@ class Settings(BaseModel):
     tier_queue_per_replica: PositiveInt | None = Field(
         None,
         description="a tier's requests in progress per healthy replica before answering 429 (overload sheds); "
-        "None: from the plan (router.policy.planned_inflight)",
+        "None: from the plan (router.admission.planned_inflight)",
     )
     max_scoring_queue: PositiveInt = Field(
         64, description="prompts waiting for a slow (non-inline) scorer before answering 429"

@@ -36,6 +36,7 @@ from router.openai_io import (
 from router.policy import RoutePolicy, endpoint_judge
 from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
 from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
+from router.request_body import read_body
 from router.state import SharedState
 
 log = logging.getLogger("boute.router")
@@ -201,7 +202,7 @@ class Gateway:
             if oversize:
                 raise BadRequest(f"request body exceeds {s.max_body_bytes} bytes", 413, code="request_too_large")
             if raw is None:
-                raw = await self._read_body(scope, receive)
+                raw = await read_body(scope, receive, self.settings.max_body_bytes)
             body, prompt, stream, chars = parse_request(raw, kind)
             forced = policy.resolve_model(body.get("model"))
             if forced is False:
@@ -323,35 +324,6 @@ class Gateway:
         the ``x-boute-ttft-ms`` header and ``boute_ttft_seconds{tier}``."""
         headers["x-boute-ttft-ms"] = f"{seconds * 1e3:.3f}"
         self.metrics.first_token(tier, seconds)
-
-    async def _read_body(self, scope: Any, receive: Any) -> bytes:
-        limit = self.settings.max_body_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if value.isdigit() and int(value) > limit:
-                    raise BadRequest(f"request body exceeds {limit} bytes", 413, code="request_too_large")
-                break
-        msg = await receive()
-        if msg["type"] != "http.request":
-            raise ClientGone
-        body = msg.get("body", b"")
-        if not msg.get("more_body", False):  # the usual case: the whole body in one message
-            if len(body) > limit:
-                raise BadRequest(f"request body exceeds {limit} bytes", 413, code="request_too_large")
-            return body
-        chunks = [body]
-        size = len(body)
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                raise ClientGone
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BadRequest(f"request body exceeds {limit} bytes", 413, code="request_too_large")
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                return b"".join(chunks)
 
     def _shed(self, reason: str, why: str) -> Reply:
         """429 at once with Retry-After: an overloaded gateway answers promptly instead of letting requests

@@ -5,7 +5,7 @@ scorer (``routing.scorer``) and the prompts its thresholds were cut on (``routin
 loads the plan's own router from its bundle, ``length`` scores by prompt length over the reference. Nothing
 else is ever substituted: a plan whose scorer cannot be loaded is refused. Thresholds are the plan's, or cut
 from its fractions on the reference by the same function the optimiser uses
-(:func:`boute.quality.policy.thresholds_for_fractions`). ``multi`` loads the plan's multi-model router and
+(:func:`boute.quality.shares.thresholds_for_fractions`). ``multi`` loads the plan's multi-model router and
 routes each prompt to argmax_k p_k - lambda_k under the plan's prices (:class:`PricedScorer`; prices cut from
 the fractions by :func:`boute.quality.multi.prices_for_shares` when the plan has none). A cascade names its
 judge the same way
@@ -15,10 +15,8 @@ the thresholds cut on that judge's scores; a cascade that names none is refused.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -26,8 +24,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.policy import cascade_visits, thresholds_for_fractions
+from boute.quality.shares import thresholds_for_fractions
 from boute.specs.plan import Plan, Routing
+from router.admission import MIN_GATEWAY_INFLIGHT, planned_inflight, tier_context
+from router.score_batch import ScoreBatcher
 
 log = logging.getLogger("boute.router.policy")
 
@@ -216,95 +216,6 @@ def load_scorer(routing: Routing, root: Path, file: str | Path | None = None) ->
     return None
 
 
-class ScoreBatcher:
-    """Collects the prompts of one event-loop turn and scores them with one ``scorer.score`` call.
-
-    Why: a static-embedding router's per-prompt cost is mostly fixed overhead (tokenizer call, numpy calls);
-    batched, that is paid once per loop turn, and under load a turn brings many requests. A lone prompt waits
-    for nothing but the end of the current turn. ``score`` of a batch equals ``score_one`` per prompt up to
-    float rounding (~1e-16), and thresholds are cut on batched scores of the reference anyway.
-    """
-
-    def __init__(self, scorer: Any) -> None:
-        self.scorer = scorer
-        self.loop = asyncio.get_running_loop()
-        self.pending: list[tuple[str, asyncio.Future[float]]] = []
-
-    def submit(self, prompt: str) -> asyncio.Future[float]:
-        fut: asyncio.Future[float] = self.loop.create_future()
-        if not self.pending:
-            self.loop.call_soon(self._flush)
-        self.pending.append((prompt, fut))
-        return fut
-
-    def _flush(self) -> None:
-        batch, self.pending = self.pending, []
-        try:
-            scores = [float(x) for x in self.scorer.score([p for p, _ in batch])]
-        except Exception:  # one bad prompt must not fail the others: score them one by one
-            for p, f in batch:
-                if not f.done():
-                    try:
-                        f.set_result(float(self.scorer.score([p])[0]))
-                    except Exception as exc:
-                        f.set_exception(exc)
-            return
-        for (_, f), sc in zip(batch, scores, strict=True):
-            if not f.done():
-                f.set_result(sc)
-
-
-#: requests in flight per replica before shedding, for a plan that does not carry its scenario
-DEFAULT_INFLIGHT_PER_REPLICA = 256
-#: the gateway-wide bound never goes below this
-MIN_GATEWAY_INFLIGHT = 1024
-
-
-def planned_inflight(plan: Plan) -> dict[str, int]:
-    """Per tier, the requests in flight per replica at which shedding starts: the tier's planned rate times
-    the plan's P95 cap, over its replicas (Little's law: what the tier holds if every request took the
-    whole cap).
-
-    Below that, the gateway would refuse traffic the plan was made to serve (a fixed 256 per replica shed
-    130 requests of a rate step whose P95 stayed under the promise: one H100 replica carried ~120 req/s at
-    ~2 s). Above it, the queue is deeper than the tier drains within the cap at its planned rate, so an
-    overload sheds before admitted requests miss the target. Never below ``DEFAULT_INFLIGHT_PER_REPLICA``
-    (the bound before plans set it; a lightly loaded tier keeps room for bursts and mix shifts), which is
-    also what a plan without its scenario gets.
-    """
-    spec = plan.scenario_spec or {}
-    try:
-        rate = float(spec["workload"]["rate_rps"])
-        cap = float(spec["targets"]["p95_latency_s"])
-    except (KeyError, TypeError, ValueError):
-        rate = cap = 0.0
-    r = plan.routing
-    fr = [float(f) for f in (r.fractions or [])]
-    if r.mode == "cascade" and fr:  # tier k sees every query not accepted before it
-        fr = [float(v) for v in cascade_visits(fr)]
-    out: dict[str, int] = {}
-    for k, tier in enumerate(r.tiers):
-        replicas = sum(g.count for g in plan.groups(tier))
-        share = fr[k] if k < len(fr) else 0.0
-        planned = math.ceil(rate * share * cap / replicas) if replicas and rate > 0 and cap > 0 else 0
-        out[tier] = max(planned, DEFAULT_INFLIGHT_PER_REPLICA)
-    return out
-
-
-def tier_context(plan: Plan, file: str | Path | None = None) -> dict[str, int]:
-    """Per tier, the least ``max_context`` of the models its groups deploy (the plan's own catalog: packaged
-    entries plus its scenario's); a tier whose model the catalog lacks has no entry (no limit checked)."""
-    from boute.serving.bundle import plan_catalog
-
-    catalog = plan_catalog(plan, file)
-    out: dict[str, int] = {}
-    for g in plan.deployment:
-        spec = catalog.models.get(g.model)
-        if spec is not None:
-            out[g.tier] = min(out.get(g.tier, spec.max_context), spec.max_context)
-    return out
-
-
 class RoutePolicy:
     """A plan's routing, compiled: tiers, thresholds, mode, scorer. Immutable once built."""
 
@@ -372,7 +283,7 @@ class RoutePolicy:
         #: per tier, the context length (tokens) of its model, the least when its groups serve several (a
         #: request may go to any); requests that cannot fit are refused before they take a slot
         self.context = tier_context(plan, file)
-        #: per tier, requests in flight per healthy replica before shedding (:func:`planned_inflight`)
+        #: per tier, requests in flight per healthy replica before shedding (:func:`router.admission.planned_inflight`)
         self.inflight_per_replica = planned_inflight(plan)
         #: the gateway-wide bound the plan implies: every replica's tier bound, summed
         planned = sum(self.inflight_per_replica[g.tier] * g.count for g in plan.deployment)

@@ -62,7 +62,7 @@ def test_a_harder_mix_lowers_quality_moves_thresholds_and_keeps_load_shares() ->
     """Re-weighting profile rows to a mix of harder prompts: the same fractions still mean the same load
     shares (the thresholds move up), the quality is the harder traffic's, and the running thresholds under
     the new mix send more to the large tier."""
-    from boute.quality.policy import mix_weights, systematic_resample
+    from boute.quality.shares import mix_weights, systematic_resample
 
     rng = np.random.default_rng(3)
     n = 6000
@@ -220,7 +220,7 @@ def test_embedding_leaves_autograd_on(tmp_path: Path) -> None:
 def test_cascade_visits_are_exact_where_the_gateway_rounds_up() -> None:
     """Every query reaches the first tier; a later tier sees the shares that end at it or beyond, summed as
     given (``1 - 0.82`` is 0.18000000000000005, which a ceil'd admission bound would turn into one more)."""
-    from boute.quality.policy import cascade_visits
+    from boute.quality.shares import cascade_visits
 
     assert cascade_visits([0.82, 0.18]).tolist() == [1.0, 0.18]
     assert cascade_visits([0.5, 0.3, 0.2]).tolist() == [1.0, 0.5, 0.2]

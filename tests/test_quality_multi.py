@@ -107,6 +107,28 @@ def test_trained_on_routerbench_routes_by_shares() -> None:
     np.testing.assert_allclose(mr.predict(profile.prompts[:3]), p[:3], atol=1e-9)  # one prompt alone = in a batch
 
 
+@pytest.mark.skipif(not DATA.is_file(), reason="../shared/data/routerbench/ not present")
+def test_the_ladder_routers_head_is_the_multi_routers_own_fit() -> None:
+    """build_quality_model hands the multi router the ladder router's level head instead of fitting it again:
+    that is only sound while the two fits are the same one (features, levels, rows, cross-validation)."""
+    from boute.quality.build import profile_for, tier_models
+    from boute.quality.multi import train_multi_router
+    from boute.quality.router import train_router
+    from boute.quality.static_embed import load_static
+    from boute.specs.scenario import load_scenario
+
+    sc = load_scenario("builtin:routerbench-4tier")
+    profile = profile_for(sc)
+    models = tier_models(sc, profile)
+    static = load_static()
+    ladder, train, _ = train_router(profile, models, seed=3, static=static)
+    own = train_multi_router(profile, models, train, static, seed=3)
+    given = train_multi_router(profile, models, train, static, seed=3, level_head=(ladder.head, ladder.metadata["C"]))
+    np.testing.assert_allclose(given.coef, own.coef, atol=1e-10)
+    np.testing.assert_allclose(given.calib, own.calib, atol=1e-10)
+    assert given.metadata["C"] == own.metadata["C"]
+
+
 def test_item_response_curves_route_out_of_cost_order() -> None:
     """p_k = sigmoid(a_k + b_k d): a tier whose curve lies below a cheaper one's everywhere is never chosen
     at equal prices, and two crossing curves split the difficulty axis where they cross (easy prompts to the

@@ -12,7 +12,7 @@ import pytest
 
 from boute.catalog import builtin_catalog
 from boute.errors import SpecError
-from boute.quality.policy import thresholds_for_fractions
+from boute.quality.shares import thresholds_for_fractions
 from boute.serving import BackendSpec
 from boute.sim.weights import REFERENCE_LENGTHS, replica_capacity
 from boute.specs.plan import Plan
@@ -102,7 +102,7 @@ def test_length_policy_routes_long_prompts_to_large_tier_and_forces_by_name() ->
 def test_shedding_bounds_come_from_the_plans_rate_and_cap() -> None:
     """Little's law per tier: planned rate x share x P95 cap over the tier's replicas, never below 256 per
     replica; a plan without its scenario keeps 256; cascades count every query a tier sees."""
-    from router.policy import planned_inflight
+    from router.admission import planned_inflight
 
     base = {
         "routing": {
@@ -260,8 +260,8 @@ def test_context_rule_in_sglang_words_at_its_boundaries() -> None:
 
 
 def test_gateway_refuses_what_cannot_fit_the_tiers_context() -> None:
+    from router.admission import tier_context
     from router.openai_io import check_context
-    from router.policy import tier_context
 
     assert tier_context(Plan.model_validate(TEST_PLAN)) == {"small": 131072, "large": 131072}
     chat = (

@@ -395,5 +395,31 @@ def test_a_warm_start_is_evaluated_once_recorded_and_never_the_whole_search(sqli
         assert warm.resumed_trials == len(first.trials) and warm.trials[: len(first.trials)] == first.trials
         assert ev.calls >= 1 and len(warm.trials) > len(first.trials)  # patience 1 did not end it at the start
         assert [r.index for r in store.trial_rows(warm.experiment_id)] == list(range(len(warm.trials)))
+        # a warm start interrupted before any evaluation of its own: its resume remembers the warm count, so
+        # patience still waits for an evaluation of the resumed search's own
+        warm_only = optimize(
+            sc,
+            strategy="random",
+            evaluator=SyntheticEvaluator(sc),
+            max_evals=sum(t.evaluated for t in first.trials),
+            patience=1,
+            store=store,
+            experiment="w2",
+            start=first.trials,
+            seed=1,
+        )
+        assert len(warm_only.trials) == len(first.trials)
+        ev2 = SyntheticEvaluator(sc)
+        resumed = optimize(
+            sc,
+            strategy="random",
+            evaluator=ev2,
+            max_evals=len(first.trials) + 4,
+            patience=1,
+            store=store,
+            experiment="w2",
+            seed=1,
+        )
+        assert resumed.resumed_trials == len(first.trials) and ev2.calls >= 1
     finally:
         store.close()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-experiments_app = typer.Typer(help="Inspect tracked optimisation experiments.", no_args_is_help=True)
+from boute.cli.options import TRACKING_DB
 
-_DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
+experiments_app = typer.Typer(help="Inspect tracked optimisation experiments.", no_args_is_help=True)
 
 
 def _load(db: str | None, ref: str) -> tuple[dict, list, list, list]:
@@ -39,7 +39,7 @@ def _load(db: str | None, ref: str) -> tuple[dict, list, list, list]:
 
 
 @experiments_app.command("list")
-def list_cmd(db: str | None = _DB, as_json: bool = typer.Option(False, "--json")) -> None:
+def list_cmd(db: str | None = TRACKING_DB, as_json: bool = typer.Option(False, "--json")) -> None:
     """One line per experiment."""
     from boute.tracking import open_store
 
@@ -58,7 +58,7 @@ def list_cmd(db: str | None = _DB, as_json: bool = typer.Option(False, "--json")
 
 
 @experiments_app.command("show")
-def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: str | None = _DB) -> None:
+def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: str | None = TRACKING_DB) -> None:
     """Settings, trial counts, the plan written and the latest Pareto front (2-D or 3-D) of an experiment."""
     info, rows, fronts, plans = _load(db, ref)
     info["objective"] = (info.get("settings") or {}).get("objective", "latency")
@@ -97,7 +97,7 @@ def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: s
 def export_cmd(
     ref: str = typer.Argument(..., help="experiment name or id"),
     out: Path | None = typer.Option(None, "--out", "-o", help="file to write (.json or .csv); default stdout JSON"),
-    db: str | None = _DB,
+    db: str | None = TRACKING_DB,
 ) -> None:
     """Every trial (parameters, metrics, timings) as JSON or CSV."""
     from boute.specs.io import write_atomic

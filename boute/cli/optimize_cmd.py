@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from boute.cli.options import TRACKING_DB
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
 
 if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
@@ -84,7 +85,7 @@ def register(app: typer.Typer) -> None:
             "correctness, priced to the load fractions) (default: the scenario's quality.router_kind)",
         ),
         seed: int = typer.Option(0, "--seed", help="random seed"),
-        db: str | None = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)"),
+        db: str | None = TRACKING_DB,
         experiment: str | None = typer.Option(None, "--experiment", help="experiment name; an existing one resumes"),
         patience: int = typer.Option(
             20, "--patience", min=0, help="stop when the chosen plan is unchanged this long (0: never)"

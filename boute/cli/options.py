@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+#: the tracking DB option of the commands that read or write it (`boute experiments`, `boute profile`, `optimize`)
+TRACKING_DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
 #: the deployment state folder option of `boute deploy ...`, `boute replan` and `boute status`
 DEPLOY_DIR = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]")
 

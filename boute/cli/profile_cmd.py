@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from rich.console import JustifyMethod
-
     from backends.profile.loadgen import Api
     from backends.profile.quality import Tier
     from boute.catalog import Catalog
 
+from boute.cli.options import TRACKING_DB
+from boute.cli.profile_runs_cmd import register_runs
 from boute.errors import BouteError
-
-_DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
 
 
 def _num(value: float | None, ndigits: int) -> float | None:
@@ -84,14 +82,6 @@ def _record(store: Any, url: str | None, run: dict[str, Any], points: list[dict[
         ) from None
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    return str(value)
-
-
 def _ints(text: str, name: str) -> list[int]:
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
@@ -147,7 +137,7 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(None, "--catalog", help="extra GPU/model catalog YAML"),
         out: Path = typer.Option(Path("calibration.yaml"), "--out", help="calibration file to write or update"),
         results: Path | None = typer.Option(None, "--results", help="raw sweep JSON (default: <out>.results.json)"),
-        db: str | None = _DB,
+        db: str | None = TRACKING_DB,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Load-sweep a live endpoint, fit efficiency factors for GPU type --gpu, write the calibration file.
@@ -246,117 +236,7 @@ def register(app: typer.Typer) -> None:
         }
         typer.echo(json.dumps(summary, indent=None if as_json else 2))
 
-    @profile.command("runs")
-    def runs_cmd(
-        gpu: str | None = typer.Option(None, "--gpu", help="only runs of this catalog GPU type"),
-        db: str | None = _DB,
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """List the profiling runs recorded in the tracking DB."""
-        from boute.tracking import open_store
-
-        store = open_store(db)
-        try:
-            rows = store.profile_runs(gpu)
-        finally:
-            store.close()
-        if as_json:
-            typer.echo(json.dumps(rows))
-            return
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="profiling runs" + (f" on {gpu}" if gpu else ""), show_header=True)
-        columns: tuple[tuple[str, JustifyMethod], ...] = (
-            ("id", "right"),
-            ("kind", "left"),
-            ("gpu", "left"),
-            ("model", "left"),
-            ("tp x pp", "right"),
-            ("dtype", "left"),
-            ("points", "right"),
-            ("err % before -> after", "right"),
-            ("status", "left"),
-            ("created", "left"),
-        )
-        for col, justify in columns:
-            table.add_column(col, justify=justify)
-        for r in rows:
-            cal = r["calibration"] or {}
-            err = f"{_fmt(cal.get('median_abs_error_pct_before'))} -> {_fmt(cal.get('median_abs_error_pct_after'))}"
-            table.add_row(
-                str(r["id"]),
-                r["kind"],
-                r["gpu"],
-                r["model"],
-                f"{r['tp']} x {r['pp']}",
-                r["dtype"],
-                str(r["points"]),
-                err,
-                r["status"],
-                r["created_at"] or "-",
-            )
-        Console().print(table)
-
-    @profile.command("show")
-    def show_cmd(
-        run_id: str = typer.Argument(..., metavar="RUN_ID", help="profiling run id (see `boute profile runs`)"),
-        db: str | None = _DB,
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """A recorded profiling run: endpoint, settings, fitted factors and every load point."""
-        from boute.tracking import open_store
-
-        if not run_id.strip().isdigit():
-            raise BouteError(f"profile show: RUN_ID must be a run number, got '{run_id}'")
-        store = open_store(db)
-        try:
-            run = store.profile_run(int(run_id))
-            points = store.profile_points(int(run_id)) if run is not None else []
-        finally:
-            store.close()
-        if run is None:
-            raise BouteError(f"profile show: no profiling run numbered {int(run_id)} (see `boute profile runs`)")
-        doc = {**run, "points": points}
-        if as_json:
-            typer.echo(json.dumps(doc, default=str))
-            return
-        from rich.console import Console
-        from rich.table import Table
-
-        console = Console()
-        console.print(
-            f"[bold]profile run {run['id']}[/bold] ({run['kind']}, {run['status']}, {run['created_at']}): "
-            f"{run['model']} on {run['gpu']} tp={run['tp']} pp={run['pp']} {run['dtype']} at {run['endpoint']}"
-        )
-        cal = run["calibration"] or {}
-        if cal:
-            eff = ", ".join(f"{k}={v}" for k, v in (cal.get("efficiency") or {}).items())
-            console.print(f"fitted {', '.join(cal.get('fitted') or []) or '-'}: {eff or '-'}")
-            console.print(
-                f"median |error| {_fmt(cal.get('median_abs_error_pct_before'))}% -> "
-                f"{_fmt(cal.get('median_abs_error_pct_after'))}%; calibration file {run['calibration_path'] or '-'}"
-            )
-        table = Table(show_header=True)
-        cols = (
-            ("#", "index"),
-            ("conc", "concurrency"),
-            ("rate", "rate_rps"),
-            ("in tok", "input_tokens"),
-            ("out tok", "output_tokens"),
-            ("ok", "completed"),
-            ("fail", "failed"),
-            ("TTFT ms", "ttft_ms_mean"),
-            ("TTFT p95", "ttft_ms_p95"),
-            ("TPOT ms", "tpot_ms_mean"),
-            ("req/s", "throughput_rps"),
-            ("tok/s", "output_tokens_per_s"),
-        )
-        for head, _ in cols:
-            table.add_column(head, justify="right")
-        for p in points:
-            table.add_row(*(_fmt(p[key]) for _, key in cols))
-        console.print(table)
+    register_runs(profile)
 
     @profile.command("quality")
     def quality_cmd(

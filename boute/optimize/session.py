@@ -162,12 +162,14 @@ def optimize(
         )
         exp_id = exp.id
         trials = [trial_from_row(r) for r in store.trial_rows(exp_id)]
+        warm = int(exp.settings.get("warm_start", 0)) if trials else 0  # a resumed warm start keeps its count
         store.set_status(exp_id, "running", max_evals=max_evals)
     if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it
         # numbered from 0 as this search's own trials; only evaluated ones count towards min_trials
         trials = [replace(t, index=i) for i, t in enumerate(start)]
         warm = sum(t.evaluated for t in trials)
-        if store is not None:
+        if store is not None:  # the count first: a resume after a crash in between overcounts, never forgets
+            store.set_status(exp_id, "running", warm_start=warm)
             for t in trials:
                 store.add_trial(exp_id, trial_row(t))
     resumed = len(trials)

@@ -20,9 +20,10 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.judges import DEFAULT_VERIFIER_EMBEDDER
-from boute.quality.policy import CascadeJudge, QualityModel, mix_weights
+from boute.quality.policy import CascadeJudge, QualityModel
 from boute.quality.preroute import ROUTER_KINDS, MultiRouting, PreRouting
 from boute.quality.profiles import QualityProfile, load_profile
+from boute.quality.shares import mix_weights
 
 if TYPE_CHECKING:
     from boute.quality.multi import MultiRouter
@@ -113,7 +114,9 @@ def build_quality_model(
     prerouting: PreRouting | None = None
     routed_by: Any = router
     if router_kind == "multi":
-        routed_by, router_file = _trained_multi_router(profile, models, train, cache_dir, seed)
+        # a router trained here is the multi router's level head already (same rows, seed, relative levels)
+        ladder = router if router_path is None else None
+        routed_by, router_file = _trained_multi_router(profile, models, train, cache_dir, seed, ladder)
         prerouting = MultiRouting(routed_by.predict(profile.prompts))
     elif router_kind != "ladder":
         raise SpecError(None, "quality.router_kind", f"must be one of {', '.join(ROUTER_KINDS)}, got {router_kind!r}")
@@ -190,11 +193,18 @@ def _trained_router(
 
 
 def _trained_multi_router(
-    profile: QualityProfile, models: list[str], train: np.ndarray, cache_dir: Path | None, seed: int
+    profile: QualityProfile,
+    models: list[str],
+    train: np.ndarray,
+    cache_dir: Path | None,
+    seed: int,
+    ladder: Any = None,
 ) -> tuple[MultiRouter, Path]:
     """Train the multi router on rows ``train``, or reuse the one trained before on the same profile content,
     tiers, rows and seed (kept beside the ladder routers, named by a hash of those; a damaged entry is
-    retrained). Training is a cross-validated level head, refitted on 5 folds, and N one-feature fits: seconds."""
+    retrained). Training is a cross-validated level head, refitted on 5 folds, and N one-feature fits: seconds.
+    ``ladder``: the ladder router trained on the same rows and seed; its level head is this very fit, taken
+    with the static table it was fitted on (a re-distilled cache must not mix with it)."""
     import hashlib
     import json
 
@@ -214,7 +224,11 @@ def _trained_multi_router(
             return load_multi_router(path), path
         except (SpecError, KeyError, ValueError, OSError):
             pass
-    trained = train_multi_router(profile, models, train, load_static(cache_dir=cache_dir), seed=seed)
+    if ladder is not None and ladder.static is not None:
+        head = (ladder.head, float(ladder.metadata["C"]))
+        trained = train_multi_router(profile, models, train, ladder.static, seed=seed, level_head=head)
+    else:
+        trained = train_multi_router(profile, models, train, load_static(cache_dir=cache_dir), seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     return trained.save(path), path
 

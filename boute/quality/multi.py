@@ -221,9 +221,14 @@ def train_multi_router(
     *,
     seed: int = 0,
     good_threshold: float = 0.5,
+    level_head: tuple[LinearHead, float] | None = None,
 ) -> MultiRouter:
     """Fit the level head on the ``train`` rows, then each tier's (a_k, b_k) on their out-of-fold difficulty
-    (label: that tier's score >= ``good_threshold``); module doc."""
+    (label: that tier's score >= ``good_threshold``); module doc.
+
+    ``level_head``: (head, C) of a ladder router trained by :func:`boute.quality.router.train_router` on these
+    tiers, ``static``, ``train`` rows and ``seed`` with relative labels: that is this very fit (same features,
+    levels, rows and cross-validation), so it is taken instead of repeated."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import KFold
 
@@ -243,7 +248,7 @@ def train_multi_router(
     x = np.hstack([np.asarray(emb, np.float64), (shape - mean) / std])
     levels = difficulty_levels(profile.scores[:, cols], "relative")
     top = len(tier_models) - 1
-    head, c = fit_head(x[train], levels[train], seed)
+    head, c = level_head if level_head is not None else fit_head(x[train], levels[train], seed)
     d_oof = np.empty(len(train))
     for fit_rows, out_rows in KFold(CV_FOLDS, shuffle=True, random_state=seed).split(train):
         rows = train[fit_rows]

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +37,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from boute.quality.confidence import DEFAULT_LEVEL, lower_bound, mean_and_se
-from boute.quality.preroute import LadderRouting, PreRouting, cum_index, cut, midpoints
+from boute.quality.preroute import LadderRouting, PreRouting, cum_index, midpoints
+from boute.quality.shares import cascade_visits, check_fractions, systematic_resample
 
 MODES = ("preroute", "cascade")
 #: what scores a cascade's answers: the offline verifier, or an LLM judge whose scores the profile recorded
@@ -87,81 +87,6 @@ class CascadeJudge:
             raise ValueError(f"judge must be one of {JUDGES}, got {self.kind!r}")
         if self.kind == "llm" and (not self.model or self.latency_s is None or not self.latency_s >= 0):
             raise ValueError("an llm judge needs its model name and its latency (seconds >= 0)")
-
-
-def _check_fractions(fractions: ArrayLike, n: int) -> list[float]:
-    """Validated fractions as a list of floats (plain Python: this runs on every policy evaluation)."""
-    if isinstance(fractions, np.ndarray):
-        f: list[float] = fractions.tolist()
-    elif isinstance(fractions, list | tuple):
-        f = list(fractions)
-    else:  # any other array-like (a scalar then fails the length check)
-        f = np.asarray(fractions, dtype=float).reshape(-1).tolist()
-    if len(f) != n:
-        raise ValueError(f"fractions: expected {n} values (one per tier), got {len(f)}")
-    total = 0.0
-    for x in f:
-        if not (x >= -1e-12 and math.isfinite(x)):
-            raise ValueError(f"fractions must be finite and >= 0, got {f}")
-        total += x
-    if abs(total - 1.0) > 1e-6:
-        raise ValueError(f"fractions must sum to 1, got {total:.6g}")
-    return [max(float(x), 0.0) / total for x in f]
-
-
-def thresholds_for_fractions(reference_scores: ArrayLike, fractions: ArrayLike) -> np.ndarray:
-    """Score cut points that send ``fractions[i]`` of the reference prompts to tier i (pre-route).
-
-    The one definition of fractions -> thresholds: the gateway calls it, the optimiser's quality model
-    applies the same :func:`~boute.quality.preroute.cut` to its cached midpoints of the same reference. Cut
-    k lies halfway between the reference scores on either side of the cumulative count; 0% or 100% gives an
-    infinite cut.
-    """
-    ref = np.sort(np.asarray(reference_scores, dtype=np.float64).reshape(-1))
-    if ref.size == 0:
-        raise ValueError("no reference scores to cut thresholds on")
-    f = _check_fractions(fractions, len(np.asarray(fractions).reshape(-1)))
-    return np.array(cut(midpoints(ref), f))
-
-
-def cascade_visits(shares: ArrayLike) -> np.ndarray:
-    """Share of the queries that reach each tier of a cascade, from the shares that end at each tier.
-
-    The first tier sees every query; tier k > 0 the queries that end at it or beyond (the sum of those
-    shares, not ``1 -`` the others', which would carry the rounding of ``1 - 0.82`` into the gateway's
-    ceil'd admission bounds). The gateway sizes each tier's admission bound by it and the quality model
-    reports it; one rule for both.
-    """
-    s = np.asarray(shares, dtype=np.float64)
-    visits = np.cumsum(s[::-1])[::-1].copy()
-    visits[0] = 1.0
-    return visits
-
-
-def systematic_resample(weights: ArrayLike, n: int) -> np.ndarray:
-    """``n`` indices drawn in proportion to ``weights`` on an even grid (no randomness: the same mix gives
-    the same sample, and each index appears within one of its expected count)."""
-    w = np.asarray(weights, dtype=np.float64).reshape(-1)
-    if not (w.size and np.all(w >= 0) and np.isfinite(w).all() and w.sum() > 0):
-        raise ValueError("weights must be finite, >= 0 and not all 0")
-    cdf = np.cumsum(w) / w.sum()
-    return np.minimum(np.searchsorted(cdf, (np.arange(n) + 0.5) / n, side="right"), w.size - 1)
-
-
-def mix_weights(scores: ArrayLike, edges: Sequence[float], shares: Sequence[float]) -> np.ndarray:
-    """Weight per prompt so that prompts scored ``scores`` show ``shares`` per score bin (bin ``k``:
-    ``edges[k-1] < score <= edges[k]``): each bin's target share over its share among these prompts.
-    A bin the traffic fills but these prompts leave empty cannot be represented: the other bins carry it."""
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    share = np.asarray(shares, dtype=np.float64)
-    if len(share) != len(edges) + 1:
-        raise ValueError(f"shares: expected {len(edges) + 1} values, got {len(share)}")
-    b = np.searchsorted(np.asarray(edges, dtype=np.float64), s, side="left")
-    have = np.bincount(b, minlength=len(share)) / max(len(s), 1)
-    per_bin = np.divide(share, have, out=np.zeros_like(share), where=have > 0)
-    if not per_bin.any():
-        raise ValueError("the mix puts no weight on any bin these prompts fall in")
-    return per_bin[b]
 
 
 @dataclass
@@ -249,7 +174,7 @@ class QualityModel:
     # ------------------------------------------------------------------------------- preroute
     def thresholds_for_fractions(self, fractions: ArrayLike) -> np.ndarray:
         """The ladder's thresholds for these fractions (on ``route_all``, whatever this model pre-routes with)."""
-        return np.array(self._ladder.thresholds(_check_fractions(fractions, len(self.tiers))))
+        return np.array(self._ladder.thresholds(check_fractions(fractions, len(self.tiers))))
 
     def fractions_for_thresholds(self, thresholds: ArrayLike) -> np.ndarray:
         """Share of calibration (all profile) queries each tier gets under these ladder thresholds."""
@@ -267,7 +192,7 @@ class QualityModel:
     def preroute(self, fractions: ArrayLike) -> PolicyResult:
         """Quality when the fractions split the held-out queries as this model's pre-router does (the ladder:
         tier k serves the queries whose difficulty falls in its quantile band; multi: argmax p_k - lambda_k)."""
-        r = self._pre.held_out(_check_fractions(fractions, len(self.tiers)))
+        r = self._pre.held_out(check_fractions(fractions, len(self.tiers)))
         return self._result(r.total, r.total_sq, r.shares, r.shares, 0.0, r.thresholds, r.prices)
 
     def preroute_thresholds(self, thresholds: ArrayLike) -> PolicyResult:
@@ -332,7 +257,7 @@ class QualityModel:
 
     def cascade_thresholds(self, fractions: ArrayLike) -> np.ndarray:
         """theta_k such that a ``fractions[k]`` share of all calibration queries is accepted at tier k."""
-        f = _check_fractions(fractions, len(self.tiers))
+        f = check_fractions(fractions, len(self.tiers))
         v = self._cascade_prep()["v_cal"]
         m = v.shape[0]
         remaining = np.ones(m, dtype=bool)
@@ -351,7 +276,7 @@ class QualityModel:
     def cascade(self, fractions: ArrayLike) -> PolicyResult:
         """Quality and extra work when ``fractions[k]`` of queries get their answer accepted at tier k."""
         if len(self.tiers) == 2:
-            f = _check_fractions(fractions, 2)
+            f = check_fractions(fractions, 2)
             mid = self._cascade_prep()["mid_desc"]
             return self.cascade_at([mid[cum_index(f, len(mid) - 1)[0]]])
         return self.cascade_at(self.cascade_thresholds(fractions))
@@ -394,7 +319,7 @@ class QualityModel:
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
-        f = _check_fractions(fractions, len(self.tiers))
+        f = check_fractions(fractions, len(self.tiers))
         idx = np.asarray(prompt_index, dtype=np.int64)
         if idx.size and idx.max() >= len(self.route_all):
             raise ValueError(f"prompt_index {int(idx.max())} is beyond the profile ({len(self.route_all)} prompts)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from boute.errors import BouteError
-from boute.quality.policy import mix_weights, systematic_resample
+from boute.quality.shares import mix_weights, systematic_resample
 from boute.replan.drift import Promise
 from boute.replan.window import Window, group_key
 from boute.serving.bundle import plan_scenario

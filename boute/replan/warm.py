@@ -89,5 +89,7 @@ def seed_experiment(
     )
     if resumed:
         return
+    # recorded first: a search resuming these trials waits for one evaluation of its own (optimize's rule)
+    store.set_status(exp.id, "running", warm_start=sum(t.evaluated for t in trials))
     for t in trials:
         store.add_trial(exp.id, trial_row(t))

@@ -207,10 +207,10 @@ def _cascade_checks(tiers: list[str], promised: list[float], shares: dict[str, f
     """A cascade's escalation rate and each hop's acceptance, promised vs measured.
 
     With ``s_k`` the share answered at tier k, the queries reaching hop k are ``v_k = s_k + ... + s_N``
-    (:func:`boute.quality.policy.cascade_visits`): the escalation rate is ``1 - s_0`` and hop k accepts
+    (:func:`boute.quality.shares.cascade_visits`): the escalation rate is ``1 - s_0`` and hop k accepts
     ``s_k / v_k`` of what reaches it. Both follow from the shares, but a judge that accepts too much shows
     up here as itself, hop by hop."""
-    from boute.quality.policy import cascade_visits
+    from boute.quality.shares import cascade_visits
 
     got = [float(shares.get(t, 0.0)) for t in tiers]
     within = f"+-{tol.share:g}"

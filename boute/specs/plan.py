@@ -57,7 +57,7 @@ class Routing(_Frozen):
 
     ``preroute``: a scorer orders queries by difficulty; ``fractions[i]`` of the load goes to tier i (the
     optimiser's encoding), equivalently ``thresholds`` on that scorer's score, cut on the ``reference``
-    prompts (:func:`boute.quality.policy.thresholds_for_fractions`). The scorer is named, never implied:
+    prompts (:func:`boute.quality.shares.thresholds_for_fractions`). The scorer is named, never implied:
     ``learned`` is the trained ``router`` (a file of the plan's bundle), ``length`` the prompt-length CDF over
     the reference. ``cascade``: every query starts at tier 0; the ``judge``'s score of tier i's answer below
     ``thresholds[i]`` escalates to i+1. The judge is named like the scorer, never implied, because the

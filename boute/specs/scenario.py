@@ -108,7 +108,7 @@ class ScoreMix(_Frozen):
 
     A re-plan writes the mix the gateways measured, so the search sees the tier loads and the quality the
     shifted traffic brings (harder prompts reach the large tier more often); a what-if study may write one
-    by hand. Profile prompts are re-weighted to it, bin by bin (:func:`boute.quality.policy.mix_weights`).
+    by hand. Profile prompts are re-weighted to it, bin by bin (:func:`boute.quality.shares.mix_weights`).
     """
 
     edges: list[float] = Field(min_length=1, description="router-score bin edges, strictly ascending")
