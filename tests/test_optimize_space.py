@@ -90,3 +90,33 @@ def test_budget_too_small_for_any_replica_is_a_clear_error() -> None:
     sc = with_targets(load_scenario(None), 0.1, None, None)
     with pytest.raises(InfeasibleError, match=r"\$0.1/h"):
         Space.build(sc)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_tier_off_neighbours_drop_exactly_one_tier(data: st.DataObject) -> None:
+    """Each tier-off neighbour decodes to a valid plan with one loaded tier fewer, that tier undeployed, and
+    its share added to a tier that was loaded already; the other shares are unchanged."""
+    from boute.optimize.acquisition.pool import tier_off_neighbours
+
+    sp = space("three-tier")
+    x = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=sp.dim, max_size=sp.dim)))
+    z = sp.canonical(x)
+    base = sp.decode(z)
+    loaded = {t for t, f in enumerate(base.fractions) if f > 0}
+    names = [t.name for t in sp.scenario.tiers]
+    got = tier_off_neighbours(sp, z)
+    expected = sum((t > min(loaded)) + (t < max(loaded)) for t in loaded)
+    assert len(got) == expected
+    for y in got:
+        cand = sp.decode(y)
+        assert is_valid(sp, cand) is None
+        now = {t for t, f in enumerate(cand.fractions) if f > 0}
+        (off,) = loaded - now
+        assert now < loaded
+        assert names[off] not in {g.tier for g in cand.deployment}
+        gain = {t: cand.fractions[t] - base.fractions[t] for t in now}
+        assert all(
+            np.isclose(g, 0.0, atol=1e-9) or np.isclose(g, base.fractions[off], atol=1e-9) for g in gain.values()
+        )
+        assert np.isclose(sum(gain.values()), base.fractions[off], atol=1e-9)
