@@ -19,7 +19,9 @@ not repeated, so the table grows across sessions: ``BOUTE_TABLE_BUDGETS`` (defau
 ``BOUTE_TABLE_STRATEGIES`` (comma-separated) fill some rows or columns only. ``BOUTE_TABLE_RUNS`` names another runs file in bench/results/: a
 change to the simulator (the judge of every row) starts a new one, since runs judged by different simulators
 do not compare (``optimize_table_runs.jsonl``: stops 32-34; ``optimize_table_runs_sim35.jsonl``: the
-simulator since stop 35, replaying the held-out rows with per-tier answer lengths). Wall times are on the shared 2-core machine, whatever else
+simulator since stop 35, replaying the held-out rows with per-tier answer lengths). A change to a
+strategy renames its old runs there (``mobo-stop38``: MOBO before the tier-off pool move): they still count
+towards the best known plan, which any search may have found, but fill no column. Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
 
