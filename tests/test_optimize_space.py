@@ -95,8 +95,8 @@ def test_budget_too_small_for_any_replica_is_a_clear_error() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_tier_off_neighbours_drop_exactly_one_tier(data: st.DataObject) -> None:
-    """Each tier-off neighbour decodes to a valid plan with one loaded tier fewer, that tier undeployed, and
-    its share added to a tier that was loaded already; the other shares are unchanged."""
+    """Each tier-off neighbour decodes to a valid plan with one loaded tier fewer (besides float residue), that
+    tier undeployed, and its share added to a tier that was loaded already; the other shares are unchanged."""
     from boute.optimize.acquisition.pool import tier_off_neighbours
 
     sp = space("three-tier")
@@ -112,8 +112,11 @@ def test_tier_off_neighbours_drop_exactly_one_tier(data: st.DataObject) -> None:
         cand = sp.decode(y)
         assert is_valid(sp, cand) is None
         now = {t for t, f in enumerate(cand.fractions) if f > 0}
-        (off,) = loaded - now
         assert now < loaded
+        dropped = loaded - now
+        off = max(dropped, key=lambda t: base.fractions[t])
+        # stick-breaking can leave a last tier ~1e-17 of the load; such float residue may vanish with ``off``
+        assert all(base.fractions[t] <= 1e-12 for t in dropped - {off})
         assert names[off] not in {g.tier for g in cand.deployment}
         gain = {t: cand.fractions[t] - base.fractions[t] for t in now}
         assert all(

@@ -98,12 +98,10 @@ def tier_off_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
     if space.n_routing == 0:
         return np.zeros((0, space.dim))
     fr = space.decode(z).fractions
-    loaded = [t for t in space.active_tiers if fr[t] > 0.0]
+    loaded = [t for t in space.active_tiers if fr[t] > 0.0]  # ascending, as active_tiers is
     out: list[np.ndarray] = []
-    for t in loaded:
-        below = [a for a in loaded if a < t]
-        above = [a for a in loaded if a > t]
-        for dest in ([below[-1]] if below else []) + ([above[0]] if above else []):
+    for i, t in enumerate(loaded):
+        for dest in loaded[max(0, i - 1) : i] + loaded[i + 1 : i + 2]:  # the loaded tier below, then above
             f = np.asarray(fr, dtype=float)
             f[dest] += f[t]
             f[t] = 0.0
@@ -130,8 +128,9 @@ def build_pool(
     with ``screen``, only plans that pass it (counted in ``screen.pool``)."""
     raw: list[np.ndarray] = [rng.random((n_global, space.dim))] if n_global else []
     if centres:
-        raw.append(axis_neighbours(space, np.asarray(centres[0], dtype=float)))
-        raw.append(tier_off_neighbours(space, np.asarray(centres[0], dtype=float)))
+        incumbent = np.asarray(centres[0], dtype=float)
+        raw.append(axis_neighbours(space, incumbent))
+        raw.append(tier_off_neighbours(space, incumbent))
         per = max(1, n_local // len(centres))
         for c in centres:
             raw.append(np.array([_move(space, np.asarray(c, dtype=float), rng) for _ in range(per)]))
