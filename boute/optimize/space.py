@@ -30,6 +30,12 @@ import numpy as np
 from boute.errors import InfeasibleError
 from boute.specs import ReplicaGroup, Scenario
 
+#: Routing shares at or below this are floating-point residue of stick-breaking, not load: the inverse map of
+#: shares (0.82, 0.18, 0) gives ``u_1 = 0.18 / 0.18000000000000005``, whose decode leaves ~5e-17 on the last
+#: tier, and repair step (3) would buy that tier a paid replica. One request in 10^12 is no traffic, so such a
+#: share is snapped to 0 (and the rest renormalised) before repair sees it.
+SHARE_EPS = 1e-12
+
 
 @dataclass(frozen=True)
 class Config:
@@ -188,7 +194,8 @@ class Space:
             fr[ti] = float(x[j]) * rest
             rest -= fr[ti]
         fr[self.active_tiers[-1]] = max(0.0, rest)
-        return fr
+        fr[fr <= SHARE_EPS] = 0.0
+        return fr / fr.sum()
 
     def decode(self, x: np.ndarray) -> Candidate:
         """A valid candidate for any x in [0,1]^d (values outside are clipped)."""
@@ -287,7 +294,7 @@ class Space:
         fr = np.asarray(fractions, dtype=float)
         rest = 1.0
         for j, ti in enumerate(self.active_tiers[: self.n_routing]):
-            u[j] = 0.0 if rest <= 1e-12 else min(1.0, max(0.0, fr[ti] / rest))
+            u[j] = 0.0 if rest <= SHARE_EPS else min(1.0, max(0.0, fr[ti] / rest))
             rest -= fr[ti]
         return u
 
