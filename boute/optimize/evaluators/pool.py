@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,13 @@ def rebuilt(doc: dict[str, Any], source: str | None, reference: str) -> Scenario
 
 def _init(name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str, seed: int, parent: int) -> None:
     global _worker_evaluator
-    import torch
-
     _exit_with_parent(parent)
-
-    torch.set_num_threads(1)  # one core per worker: the pool is the parallelism
+    # one core per worker: the pool is the parallelism. Said through the environment, which torch reads when
+    # it is first imported, not by importing torch here: the fast and sim evaluators never need it, and its
+    # import cost each worker ~1.5 s of a core at the start of every search (the parent's busiest moment)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # pragma: no cover - only if an import above pulled it in
+        sys.modules["torch"].set_num_threads(1)
     _worker_evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
 
 
@@ -77,6 +80,10 @@ def _evaluate(cand: Candidate) -> EvalResult | BouteError:
         return _worker_evaluator(cand)
     except BouteError as exc:  # a plan the evaluator cannot run: a failed trial, not a dead pool
         return exc
+
+
+def _ready() -> bool:
+    return _worker_evaluator is not None
 
 
 def default_workers() -> int:
@@ -113,6 +120,17 @@ class EvaluatorPool:
             )
         return self._pool
 
+    def start(self) -> list[Future[bool]]:
+        """Spawn the workers now, without waiting for them: each one's start (an interpreter, the imports, its
+        evaluator built) then overlaps whatever the search does before its first batch (its first proposals,
+        the GP's first fit) instead of stalling that batch. Returns one future per worker, true once a worker
+        holds its evaluator; none for an in-process pool or one already started."""
+        if self.workers <= 1 or self._pool is not None:
+            return []
+        ex = self._executor()
+        # one task each: the executor spawns a process for each task no idle worker can take
+        return [ex.submit(_ready) for _ in range(self.workers)]
+
     def map(self, cands: Sequence[Candidate]) -> list[EvalResult | BouteError]:
         if self.workers <= 1 or len(cands) <= 1:
             out: list[EvalResult | BouteError] = []
@@ -135,6 +153,7 @@ class EvaluatorPool:
             self._pool = None
 
     def __enter__(self) -> EvaluatorPool:
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,0 +1,60 @@
+"""The evaluator pool (``boute.optimize.evaluators.pool``): worker processes give the answers the search's own
+evaluator gives, in the order asked, and start before the first batch when asked to."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from boute.optimize.evaluators.pool import EvaluatorPool
+from boute.optimize.registry import make_evaluator
+from boute.optimize.space import Candidate, Space
+from boute.specs import Scenario, load_scenario
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    return load_scenario(None)
+
+
+def _candidates(sc: Scenario, n: int, seed: int) -> list[Candidate]:
+    sp = Space.build(sc)
+    rng = np.random.default_rng(seed)
+    return [sp.decode(rng.uniform(size=sp.dim)) for _ in range(n)]
+
+
+def test_workers_answer_as_the_evaluator_does_in_the_order_asked(scenario: Scenario) -> None:
+    ev = make_evaluator("fast", scenario, seed=3)
+    cands = _candidates(scenario, 9, seed=11)
+    here = [ev(c) for c in cands]
+    with EvaluatorPool(ev, scenario, 3, workers=2) as pool:
+        assert pool.workers == 2
+        there = pool.map(cands)
+        again = pool.map(cands[::-1])  # the same workers, a second batch
+    for a, b in zip(here, there, strict=True):
+        assert not isinstance(b, Exception)
+        assert (b.p95_latency_s, b.cost_per_hour, b.quality) == (a.p95_latency_s, a.cost_per_hour, a.quality)
+    assert [r.p95_latency_s for r in again] == [r.p95_latency_s for r in there[::-1]]  # type: ignore[union-attr]
+
+
+def test_start_spawns_workers_that_hold_their_evaluator_before_any_batch(scenario: Scenario) -> None:
+    ev = make_evaluator("fast", scenario, seed=0)
+    pool = EvaluatorPool(ev, scenario, 0, workers=2)
+    try:
+        ready = pool.start()
+        assert len(ready) == 2
+        assert [f.result() for f in ready] == [True, True]  # waits on each worker's own answer, no timer
+        assert pool.start() == []  # started once
+        assert len(pool.map(_candidates(scenario, 4, seed=1))) == 4
+    finally:
+        pool.close()
+        pool.close()  # idempotent
+
+
+def test_a_pool_of_one_runs_in_process(scenario: Scenario) -> None:
+    ev = make_evaluator("fast", scenario, seed=0)
+    with EvaluatorPool(ev, scenario, 0, workers=1) as pool:
+        assert pool.start() == []
+        assert pool._pool is None
+        assert len(pool.map(_candidates(scenario, 3, seed=2))) == 3
+        assert pool._pool is None  # no process was spawned
