@@ -30,10 +30,10 @@ import numpy as np
 from boute.errors import InfeasibleError
 from boute.specs import ReplicaGroup, Scenario
 
-#: Routing shares at or below this are floating-point residue of stick-breaking, not load: the inverse map of
-#: shares (0.82, 0.18, 0) gives ``u_1 = 0.18 / 0.18000000000000005``, whose decode leaves ~5e-17 on the last
-#: tier, and repair step (3) would buy that tier a paid replica. One request in 10^12 is no traffic, so such a
-#: share is snapped to 0 (and the rest renormalised) before repair sees it.
+#: Routing shares at or below this are floating-point residue of stick-breaking, not load: shares that sum to 1
+#: only up to round-off (``(a, b + c, 0)`` after the tier-off move) invert to a ``u`` a hair below 1, whose
+#: decode leaves ~1e-17 on the last tier, and repair step (3) would buy that tier a paid replica. One request in
+#: 10^12 is no traffic, so such a share is snapped to 0 (and the rest renormalised) before repair sees it.
 SHARE_EPS = 1e-12
 
 
@@ -194,8 +194,11 @@ class Space:
             fr[ti] = float(x[j]) * rest
             rest -= fr[ti]
         fr[self.active_tiers[-1]] = max(0.0, rest)
-        fr[fr <= SHARE_EPS] = 0.0
-        return fr / fr.sum()
+        residue = (fr > 0.0) & (fr <= SHARE_EPS)
+        if residue.any():  # only then: every other decode stays bit-for-bit what it was
+            fr[residue] = 0.0
+            fr /= fr.sum()
+        return fr
 
     def decode(self, x: np.ndarray) -> Candidate:
         """A valid candidate for any x in [0,1]^d (values outside are clipped)."""
