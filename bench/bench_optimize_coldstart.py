@@ -9,8 +9,9 @@ spawned, their imports, each one's evaluator built. Two figures, each measured i
 * ``evaluations_in_12s``: plans the simulator evaluated in the first 12 s of a MOBO search (the table's
   settings: simulator objective, fast-path prior, batch 4, 2 workers) on the built-in scenario, latency.
 
-Medians of ``reps`` runs, with the code's revision and the load average beside them: on this shared 2-core machine the figures move
-with whatever else runs, so a before/after pair is measured alternately under the same conditions.
+Medians of ``reps`` runs, with the code's revision and the load average beside them: on this shared 2-core
+machine the figures move with whatever else runs, so a before/after pair is measured alternately under the
+same conditions.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ if __name__ == "__main__":
 
 
 def _fresh(code: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 

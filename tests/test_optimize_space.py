@@ -95,7 +95,8 @@ def test_budget_too_small_for_any_replica_is_a_clear_error() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_tier_off_neighbours_drop_exactly_one_tier(data: st.DataObject) -> None:
-    """Each tier-off neighbour decodes to a valid plan with exactly one loaded tier fewer, that tier undeployed, and its share added to a tier that was loaded already; the other shares are unchanged."""
+    """Each tier-off neighbour decodes to a valid plan with exactly one loaded tier fewer, that tier undeployed,
+    and its share added to a tier that was loaded already; the other shares are unchanged."""
     from boute.optimize.acquisition.pool import tier_off_neighbours
 
     sp = space("three-tier")
