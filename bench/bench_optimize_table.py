@@ -20,7 +20,8 @@ not repeated, so the table grows across sessions: ``BOUTE_TABLE_BUDGETS`` (defau
 change to the simulator (the judge of every row) starts a new one, since runs judged by different simulators
 do not compare (``optimize_table_runs.jsonl``: stops 32-34; ``optimize_table_runs_sim35.jsonl``: the
 simulator since stop 35, replaying the held-out rows with per-tier answer lengths). A change to a
-strategy renames its old runs there (``mobo-stop38``: MOBO before the tier-off pool move): they still count
+strategy renames its old runs there (``mobo-stop38``: MOBO before the tier-off pool move; ``mobo-stop39``: before
+the swap move, the share snap and the pool's early start): they still count
 towards the best known plan, which any search may have found, but fill no column. Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
@@ -102,6 +103,43 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return rows
 
 
+_UNITS = {"cost": "$/h", "latency": "s"}
+_NAMES = {"mobo": "MOBO (default)", "random": "random", "nsga2": "NSGA-II", "tpe": "TPE (Optuna)"}
+
+
+def markdown(rows: dict[str, Any]) -> str:
+    """The docs' table (docs/optimizer.md) from :func:`summarise`'s rows: each strategy's median and its gap to
+    the best known, the row's best medians in bold, and how many MOBO runs came within 2% of the best known."""
+
+    def short(ref: str) -> str:
+        return ref.removeprefix("builtin:").removeprefix("experiments/scenarios/").removesuffix(".yaml")
+
+    head = ["scenario / objective", "budget, seeds", "best known", *(_NAMES[s] for s in STRATEGIES)]
+    lines = ["| " + " | ".join([*head, "MOBO within 2% on"]) + " |", "|" + "---|" * (len(head) + 1)]
+    for key, row in rows.items():
+        ref, obj, budget = key.rsplit("/", 2)
+        per, best = row["strategies"], row["best_known"]
+        meds = [v["median"] for v in per.values() if v["median"] is not None]
+        top = min(meds) if meds else None
+        mobo_n = len(per["mobo"]["values"])
+        fewer = [f"{_NAMES[s]} {len(per[s]['values'])}" for s in STRATEGIES[1:] if 0 < len(per[s]["values"]) != mobo_n]
+        seeds = f"{budget.removesuffix('s')} s, {mobo_n}" + (f" ({', '.join(fewer)})" if fewer else "")
+        cells = []
+        for s in STRATEGIES:
+            v = per[s]
+            if v["median"] is None:
+                cells.append("-" if not v["values"] else f"no plan on {v['no_plan']}/{len(v['values'])}")
+                continue
+            gap = v["gap_to_best_known"]
+            txt = f"{v['median']:.4g}" + ("" if not gap else f" ({gap:+.1%})")
+            txt = f"**{txt}**" if v["median"] == top else txt
+            cells.append(txt + (f", {v['no_plan']} no plan" if v["no_plan"] else ""))
+        near = sum(x is not None and best is not None and x <= best * 1.02 for x in per["mobo"]["values"])
+        label = f"{short(ref)} / {obj} ({_UNITS[obj]})"
+        lines.append("| " + " | ".join([label, seeds, f"{best:.4g}", *cells, f"{near}/{mobo_n} seeds"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def run(quick: bool = True) -> dict[str, Any]:
     import torch
 
@@ -132,4 +170,6 @@ def run(quick: bool = True) -> dict[str, Any]:
                         with runs_file.open("a") as f:
                             f.write(json.dumps(r) + "\n")
                         done[key] = r
-    return {"runs_file": runs_file.name, "budgets_s": budgets, "seeds": seeds, "rows": summarise(list(done.values()))}
+    rows = summarise(list(done.values()))
+    runs_file.with_name("optimize_table.md").write_text(markdown(rows))
+    return {"runs_file": runs_file.name, "budgets_s": budgets, "seeds": seeds, "rows": rows}

@@ -148,3 +148,55 @@ def test_stick_breaking_residue_is_no_load() -> None:
         assert cand.fractions[2] == 0.0
         assert last not in {g.tier for g in cand.deployment}
     assert residue > 0  # the draw does reach the round-off case this test is about
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["builtin", "three-tier"]), data=st.data())
+def test_swap_neighbours_exchange_one_replica(name: str, data: st.DataObject) -> None:
+    """Each swap neighbour re-shards a deployed group to one of its configs on the same GPUs and gives up one
+    replica of it, and adds one replica to another group (at its config if deployed, each config if not).
+    Where that exchanged plan fits the budget and the inventory and still serves every loaded tier, the
+    neighbour decodes to exactly it, routing unchanged; every neighbour decodes to a valid plan."""
+    from boute.optimize.acquisition.pool import swap_neighbours
+
+    sp = space(name)
+    x = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=sp.dim, max_size=sp.dim)))
+    z = sp.canonical(x)
+    base = sp.decode(z)
+    names = [t.name for t in sp.scenario.tiers]
+    groups = {(g.tier, g.gpu): g for g in base.deployment}
+    got = iter(swap_neighbours(sp, z))
+    for src in sp.pairs:
+        s_key = (names[src.tier], src.gpu)
+        if s_key not in groups:
+            continue
+        for cs in src.configs:
+            for dst in sp.pairs:
+                if dst is src:
+                    continue
+                d_key = (names[dst.tier], dst.gpu)
+                dg = groups.get(d_key)
+                for cd in (
+                    dst.configs if dg is None else [next(c for c in dst.configs if (c.tp, c.pp) == (dg.tp, dg.pp))]
+                ):
+                    cand = sp.decode(next(got))
+                    assert is_valid(sp, cand) is None
+                    # the exchanged plan, built from the deployment (not from the encoding)
+                    want = {k: (g.count, g.tp, g.pp) for k, g in groups.items()}
+                    want[s_key] = (groups[s_key].gpus_used // cs.gpus - 1, cs.tp, cs.pp)
+                    n = want.get(d_key, (0,))[0]
+                    want[d_key] = (n + 1, cd.tp, cd.pp)
+                    want = {k: v for k, v in want.items() if v[0] > 0}
+                    cost = sum(n * t * p * sp.scenario.price(k[1]) for k, (n, t, p) in want.items())
+                    used: dict[str, int] = {}
+                    for k, (n, t, p) in want.items():
+                        used[k[1]] = used.get(k[1], 0) + n * t * p
+                    fits = (
+                        cost <= sp.budget + 1e-9
+                        and all(u <= sp.inventory[g] for g, u in used.items())
+                        and all(names[t] in {k[0] for k in want} for t, f in enumerate(base.fractions) if f > 0)
+                    )
+                    if fits:
+                        assert {(g.tier, g.gpu): (g.count, g.tp, g.pp) for g in cand.deployment} == want
+                        assert np.allclose(cand.fractions, base.fractions, atol=1e-12)
+    assert next(got, None) is None  # no neighbour beyond those

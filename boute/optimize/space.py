@@ -59,6 +59,16 @@ class Pair:
     count_dim: int
     config_dim: int | None
 
+    def config_value(self, k: int) -> float:
+        """The config dim's value for category ``k``: the middle of its bin, so round-off never changes it."""
+        return (k + 0.5) / len(self.configs)
+
+    def config_index(self, x: np.ndarray) -> int:
+        """The (TP, PP) category that point ``x`` selects: the config dim's [0, 1] cut into equal bins."""
+        if self.config_dim is None:
+            return 0
+        return min(len(self.configs) - 1, int(x[self.config_dim] * len(self.configs)))
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -172,7 +182,7 @@ class Space:
     def categorical_dims(self) -> dict[int, list[float]]:
         """Categorical dims (the (TP, PP) choice): category k sits at (k + 0.5) / K."""
         return {
-            p.config_dim: [(k + 0.5) / len(p.configs) for k in range(len(p.configs))]
+            p.config_dim: [p.config_value(k) for k in range(len(p.configs))]
             for p in self.pairs
             if p.config_dim is not None
         }
@@ -209,8 +219,7 @@ class Space:
         cfg: list[Config] = []
         reps: list[int] = []
         for p in self.pairs:
-            k = 0 if p.config_dim is None else min(len(p.configs) - 1, int(x[p.config_dim] * len(p.configs)))
-            c = p.configs[k]
+            c = p.configs[p.config_index(x)]
             cfg.append(c)
             reps.append(int(round(x[p.count_dim] * p.inventory)) // c.gpus)
         reps = self._repair(fr, cfg, reps)
@@ -314,7 +323,7 @@ class Space:
             k = p.configs.index(Config(g.tp, g.pp))
             x[p.count_dim] = g.gpus_used / p.inventory
             if p.config_dim is not None:
-                x[p.config_dim] = (k + 0.5) / len(p.configs)
+                x[p.config_dim] = p.config_value(k)
         return x
 
     def canonical(self, x: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from boute.optimize.screen import Screen
-from boute.optimize.space import Candidate, Space
+from boute.optimize.space import Candidate, Pair, Space
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,11 @@ def _move(space: Space, z: np.ndarray, rng: np.random.Generator) -> np.ndarray:
             continue
         pair = next(p for p in space.pairs if j in (p.count_dim, p.config_dim))
         if j == pair.config_dim:
-            x[j] = (int(rng.integers(len(pair.configs))) + 0.5) / len(pair.configs)
+            x[j] = pair.config_value(int(rng.integers(len(pair.configs))))
         elif rng.random() < 0.3:
             x[j] = rng.random()
         else:
-            k = (
-                0
-                if pair.config_dim is None
-                else min(len(pair.configs) - 1, int(x[pair.config_dim] * len(pair.configs)))
-            )
-            step = pair.configs[k].gpus * int(rng.choice((-2, -1, 1, 1, 2)))
+            step = pair.configs[pair.config_index(x)].gpus * int(rng.choice((-2, -1, 1, 1, 2)))
             x[j] = x[j] + step / pair.inventory
     if space.n_routing and rng.random() < 0.5:
         r = space.n_routing
@@ -66,7 +61,7 @@ def axis_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
         if p.config_dim is not None:
             for k in range(len(p.configs)):
                 x = z.copy()
-                x[p.config_dim] = (k + 0.5) / len(p.configs)
+                x[p.config_dim] = p.config_value(k)
                 out.append(x)
                 y = x.copy()  # the same config at every replica count
                 for n in range(0, p.inventory // p.configs[k].gpus + 1):
@@ -114,6 +109,46 @@ def tier_off_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
     return np.array(out) if out else np.zeros((0, space.dim))
 
 
+def _at_config(pair: Pair, x: np.ndarray, k: int) -> np.ndarray:
+    """``x`` with ``pair``'s (TP, PP) category set to ``k`` (its GPU count, the count dim, unchanged)."""
+    if pair.config_dim is not None:
+        x[pair.config_dim] = pair.config_value(k)
+    return x
+
+
+def swap_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
+    """Every plan that exchanges one replica between two (tier, GPU) groups of ``z``, routing unchanged: a
+    deployed group ``src`` is re-sharded to any of its (TP, PP) configs on the same GPUs and gives up one
+    replica of that config; any other group ``dst`` gains one replica, at its own config if it is deployed,
+    at each of its configs if not.
+
+    Why a move of its own: when the budget binds, the optimum and a near miss often differ by one exchange
+    (one 70B replica moved from H100 to RTX PRO 6000 GPUs, or a small-tier replica traded for a large-tier
+    one). :func:`axis_neighbours` changes one coordinate, so the extra replica is trimmed by the budget repair
+    and the fewer one alone only loses capacity: neither half improves, and the pair was left to chance. The
+    re-sharding covers the exchange the long-prompt scenario's cheapest plan needs: 1 x TP4 on four H100s
+    becomes 2 x TP2, one of which moves to RTX PRO 6000s. In count coordinates ``x[src] -= g_src / I_src`` and
+    ``x[dst] += g_dst / I_dst``, with ``g`` a replica's GPUs at the chosen config and ``I`` the GPU type's
+    inventory.
+    """
+    out: list[np.ndarray] = []
+    for src in space.pairs:
+        if z[src.count_dim] <= 0.0:
+            continue
+        for ks in range(len(src.configs)):
+            base = _at_config(src, z.copy(), ks)
+            base[src.count_dim] -= src.configs[ks].gpus / src.inventory
+            for dst in space.pairs:
+                if dst is src:
+                    continue
+                kds = [dst.config_index(z)] if z[dst.count_dim] > 0.0 else range(len(dst.configs))
+                for kd in kds:
+                    x = _at_config(dst, base.copy(), kd)
+                    x[dst.count_dim] += dst.configs[kd].gpus / dst.inventory
+                    out.append(np.clip(x, 0.0, 1.0))
+    return np.array(out) if out else np.zeros((0, space.dim))
+
+
 def build_pool(
     space: Space,
     centres: Sequence[np.ndarray],
@@ -131,6 +166,7 @@ def build_pool(
         incumbent = np.asarray(centres[0], dtype=float)
         raw.append(axis_neighbours(space, incumbent))
         raw.append(tier_off_neighbours(space, incumbent))
+        raw.append(swap_neighbours(space, incumbent))
         per = max(1, n_local // len(centres))
         for c in centres:
             raw.append(np.array([_move(space, np.asarray(c, dtype=float), rng) for _ in range(per)]))

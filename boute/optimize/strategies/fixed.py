@@ -35,7 +35,7 @@ def single_tier_single_gpu(space: Space, tier: int, fractions: tuple[float, ...]
             x = np.zeros(space.dim)
             x[p.count_dim] = n * p.configs[k].gpus / p.inventory
             if p.config_dim is not None:
-                x[p.config_dim] = (k + 0.5) / len(p.configs)
+                x[p.config_dim] = p.config_value(k)
             out.append(decode(x))
     return out
 
@@ -68,7 +68,7 @@ def equal_split(space: Space, fractions: tuple[float, ...]) -> list[Candidate]:
             ok &= used[p.gpu] <= p.inventory
             x[p.count_dim] = n * p.configs[k].gpus / p.inventory
             if p.config_dim is not None:
-                x[p.config_dim] = (k + 0.5) / len(p.configs)
+                x[p.config_dim] = p.config_value(k)
         if ok:
             out.append(decode(x))
     return out
