@@ -75,7 +75,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(MAKE) --no-print-directory engines || echo "warning: the llama.cpp engine did not build; its tests will skip"
 	@$(MAKE) --no-print-directory sglang-contract || echo "warning: SGLang's contract install failed; its tests will skip"
-	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 test-fast: $(STAMP)
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" -x
