@@ -63,6 +63,11 @@ class Pair:
         """The config dim's value for category ``k``: the middle of its bin, so round-off never changes it."""
         return (k + 0.5) / len(self.configs)
 
+    def set_config(self, x: np.ndarray, k: int) -> None:
+        """Select category ``k`` in point ``x`` (in place; a pair with one config has no dim to set)."""
+        if self.config_dim is not None:
+            x[self.config_dim] = self.config_value(k)
+
     def config_index(self, x: np.ndarray) -> int:
         """The (TP, PP) category that point ``x`` selects: the config dim's [0, 1] cut into equal bins."""
         if self.config_dim is None:
@@ -322,8 +327,7 @@ class Space:
                 continue
             k = p.configs.index(Config(g.tp, g.pp))
             x[p.count_dim] = g.gpus_used / p.inventory
-            if p.config_dim is not None:
-                x[p.config_dim] = p.config_value(k)
+            p.set_config(x, k)
         return x
 
     def canonical(self, x: np.ndarray) -> np.ndarray:

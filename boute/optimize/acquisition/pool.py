@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from boute.optimize.screen import Screen
-from boute.optimize.space import Candidate, Pair, Space
+from boute.optimize.space import Candidate, Space
 
 
 @dataclass(frozen=True)
@@ -109,13 +109,6 @@ def tier_off_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
     return np.array(out) if out else np.zeros((0, space.dim))
 
 
-def _at_config(pair: Pair, x: np.ndarray, k: int) -> np.ndarray:
-    """``x`` with ``pair``'s (TP, PP) category set to ``k`` (its GPU count, the count dim, unchanged)."""
-    if pair.config_dim is not None:
-        x[pair.config_dim] = pair.config_value(k)
-    return x
-
-
 def swap_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
     """Every plan that exchanges one replica between two (tier, GPU) groups of ``z``, routing unchanged: a
     deployed group ``src`` is re-sharded to any of its (TP, PP) configs on the same GPUs and gives up one
@@ -136,14 +129,16 @@ def swap_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
         if z[src.count_dim] <= 0.0:
             continue
         for ks in range(len(src.configs)):
-            base = _at_config(src, z.copy(), ks)
+            base = z.copy()
+            src.set_config(base, ks)
             base[src.count_dim] -= src.configs[ks].gpus / src.inventory
             for dst in space.pairs:
                 if dst is src:
                     continue
                 kds = [dst.config_index(z)] if z[dst.count_dim] > 0.0 else range(len(dst.configs))
                 for kd in kds:
-                    x = _at_config(dst, base.copy(), kd)
+                    x = base.copy()
+                    dst.set_config(x, kd)
                     x[dst.count_dim] += dst.configs[kd].gpus / dst.inventory
                     out.append(np.clip(x, 0.0, 1.0))
     return np.array(out) if out else np.zeros((0, space.dim))

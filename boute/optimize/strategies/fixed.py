@@ -34,8 +34,7 @@ def single_tier_single_gpu(space: Space, tier: int, fractions: tuple[float, ...]
                 continue
             x = np.zeros(space.dim)
             x[p.count_dim] = n * p.configs[k].gpus / p.inventory
-            if p.config_dim is not None:
-                x[p.config_dim] = p.config_value(k)
+            p.set_config(x, k)
             out.append(decode(x))
     return out
 
@@ -67,8 +66,7 @@ def equal_split(space: Space, fractions: tuple[float, ...]) -> list[Candidate]:
             used[p.gpu] = used.get(p.gpu, 0) + n * p.configs[k].gpus
             ok &= used[p.gpu] <= p.inventory
             x[p.count_dim] = n * p.configs[k].gpus / p.inventory
-            if p.config_dim is not None:
-                x[p.config_dim] = p.config_value(k)
+            p.set_config(x, k)
         if ok:
             out.append(decode(x))
     return out
