@@ -84,7 +84,7 @@ class ScalarisedBO(MoboStrategy):
         lf = float(logit(np.array([max(tg.quality_floor, 1e-4)]))[0])
         s = -np.log(np.clip(p, 1e-6, self.clip_factor * tg.p95_latency_s)) - PENALTY * np.maximum(0.0, lf - logit(q))
         X = torch.tensor(np.array([t.z for t in ok]), dtype=torch.double)
-        gp = self.latency_gp.fit(X, torch.tensor(s, dtype=torch.double).unsqueeze(-1), n - self.n_init)
+        gp = self.latency_gp.fit(X, torch.tensor(s, dtype=torch.double).unsqueeze(-1))
         centres = [np.asarray(ok[int(i)].z, dtype=float) for i in np.argsort(-s)[:3]]
         pool = build_pool(
             self.space,

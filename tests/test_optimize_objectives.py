@@ -8,7 +8,14 @@ import itertools
 import numpy as np
 import pytest
 
-from boute.optimize.objectives import PREFER_RULES, Objective, knee_goodness, make_objective, nondominated
+from boute.optimize.objectives import (
+    PREFER_RULES,
+    Objective,
+    front_layers,
+    knee_goodness,
+    make_objective,
+    nondominated,
+)
 from boute.optimize.trials import choose, hypervolume3, pareto_front
 from boute.specs import Targets, load_scenario
 from tests.optimize_synthetic import SyntheticEvaluator
@@ -27,6 +34,27 @@ def test_nondominated_matches_brute_force_in_3d() -> None:
     rng = np.random.default_rng(7)
     Y = rng.integers(0, 5, size=(80, 3)).astype(float)  # many ties and duplicates
     assert np.array_equal(nondominated(Y), _brute_nondominated(Y))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_front_layers_keeps_whole_layers_until_enough(seed: int) -> None:
+    """The kept rows are whole non-dominated layers (peeled by brute force here), the fewest that reach
+    ``min_rows``; every dropped row is dominated by a kept one."""
+    rng = np.random.default_rng(seed)
+    Y = np.concatenate([rng.normal(size=(150, 2)), rng.integers(0, 4, size=(30, 2)).astype(float)])
+    layer = np.full(len(Y), -1)
+    rest, k = np.arange(len(Y)), 0
+    while rest.size:
+        front = rest[_brute_nondominated(Y[rest])]
+        layer[front] = k
+        rest, k = np.setdiff1d(rest, front), k + 1
+    for min_rows in (1, 10, 32, 100, len(Y) + 5):
+        keep = front_layers(Y, min_rows)
+        last = layer[keep].max()
+        assert np.array_equal(keep, layer <= last)
+        assert keep.sum() >= min(min_rows, len(Y)) > (layer < last).sum()
+        for i in np.flatnonzero(~keep):
+            assert any(np.all(Y[j] <= Y[i]) and np.any(Y[j] < Y[i]) for j in np.flatnonzero(keep))
 
 
 def test_each_objective_picks_its_own_best_among_feasible_plans() -> None:

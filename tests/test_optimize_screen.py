@@ -53,6 +53,23 @@ def test_projection_lands_on_the_floor_region_and_leaves_the_rest_alone(builtin)
     assert 0 < moved < 300
 
 
+def test_projection_is_the_same_with_its_cache_and_shared_by_plans_with_one_routing(builtin) -> None:
+    """The cache on the routing dims returns what a fresh screen computes, and a point that differs only in its
+    deployment gets the same routing."""
+    sp, ev, scr = builtin
+    rng = np.random.default_rng(3)
+    n = sp.n_routing
+    for _ in range(100):
+        x = rng.random(sp.dim)
+        y = x.copy()
+        y[n:] = rng.random(sp.dim - n)  # another deployment, the same routing
+        for z in (x, y, x):
+            zp, did = scr.project(z)
+            u, did_u = scr._project_routing(z[:n])  # computed afresh, not through the cache
+            assert did == did_u and np.array_equal(zp[:n], u if did else z[:n]) and np.array_equal(zp[n:], z[n:])
+        assert np.array_equal(scr.project(x)[0][: sp.n_routing], scr.project(y)[0][: sp.n_routing])
+
+
 def _assert_bound_holds(sp: Space, ev, scr: Screen, n: int) -> tuple[int, int]:
     rng = np.random.default_rng(1)
     removed = stable = 0

@@ -188,3 +188,27 @@ def test_sampled_quality_meets_the_floor_within_two_standard_errors() -> None:
     assert choose([trial(0.67, 0.02)], targets)[0] is not None  # 0.67 + 2 x 0.02 >= 0.69
     assert choose([trial(0.67, 0.005)], targets)[0] is None  # too far below for its sample size
     assert choose([trial(0.67, None)], targets)[0] is None  # exact evaluators: no tolerance
+
+
+def test_latency_gp_refits_only_when_the_trials_grew_by_its_fraction(setup) -> None:
+    """Hyperparameters are refitted on the first fit and when ``n >= 1.1 x`` the last fit's ``n``; in between
+    the GP on the new data takes the last fit's values unchanged."""
+    import torch
+
+    from boute.optimize.surrogates.latency import LatencyGP
+
+    sp, _ = setup
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, sp.dim, generator=g, dtype=torch.double)
+    y = (torch.sin(6 * X[:, :1]) + X[:, 1:2] ** 2).contiguous()
+    lgp = LatencyGP(sp, refit_growth=0.1)
+    lgp.fit(X[:20], y[:20])
+    first = lgp.state
+    assert first is not None and lgp.fitted_on == 20
+    gp = lgp.fit(X[:21], y[:21])
+    assert lgp.state is first and lgp.fitted_on == 20  # 21 < 22: not refitted
+    key = "covar_module.base_kernel.raw_lengthscale"
+    assert torch.equal(gp.state_dict()[key], first[key])  # the last fit's hyperparameters, on 21 points
+    lgp.fit(X[:22], y[:22])
+    assert lgp.fitted_on == 22 and lgp.state is not first
+    assert any(not torch.equal(first[k], lgp.state[k]) for k in first)

@@ -41,6 +41,23 @@ def nondominated(Y: np.ndarray) -> np.ndarray:
     return ~np.any(better_eq & strictly, axis=1)
 
 
+def front_layers(Y: np.ndarray, min_rows: int) -> np.ndarray:
+    """Rows of ``Y`` (every column minimised) on its first non-dominated layers: the front, then the front of
+    the rest, and so on until at least ``min_rows`` rows are kept (or all are). A mask.
+
+    Why layers: a noisy baseline (qLogNEHVI's ``X_baseline``) matters only through the points that might be on
+    the true front; a point behind several layers of observed plans would need every one of them to be
+    mis-measured at once. Peeling layers is a deterministic, cheap stand-in for scoring each point's posterior
+    probability of being non-dominated.
+    """
+    Y = np.asarray(Y, dtype=float)
+    keep = np.zeros(len(Y), dtype=bool)
+    while keep.sum() < min(min_rows, len(Y)):
+        rest = np.flatnonzero(~keep)
+        keep[rest[nondominated(Y[rest])]] = True
+    return keep
+
+
 def _floats(*columns: ArrayLike) -> tuple[np.ndarray, ...]:
     """Each column as a float array (callers pass lists or arrays alike)."""
     return tuple(np.asarray(v, dtype=float) for v in columns)

@@ -95,6 +95,9 @@ class Screen:
     pool: ScreenCounts = field(default_factory=ScreenCounts)  # acquisition candidates (MOBO's pool)
     _bounds: dict[tuple[str, str, str, int, int, str], float] = field(default_factory=dict, repr=False)
     _q: dict[tuple[float, ...], PolicyResult] = field(default_factory=dict, repr=False)
+    #: projected routing dims by the proposed routing dims' bytes: a pool's local moves mostly change the
+    #: deployment only, so hundreds of its points share one routing and one bisection
+    _proj: dict[bytes, tuple[np.ndarray, bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, space: Space, quality_model: QualityModel | None, mode: str = "preroute") -> Screen:
@@ -129,29 +132,46 @@ class Screen:
         return max(self.space.active_tiers, key=lambda i: (tq[i], i))
 
     def project(self, x: np.ndarray) -> tuple[np.ndarray, bool]:
-        """``x`` with its routing moved into the floor region (module doc), and whether it moved."""
+        """``x`` with its routing moved into the floor region (module doc), and whether it moved. Only the
+        routing dims change, so the result is cached on them."""
         sp = self.space
         x = np.clip(np.asarray(x, dtype=float).reshape(-1), 0.0, 1.0)
         if self.quality_model is None or sp.n_routing == 0:
             return x, False
+        key = x[: sp.n_routing].tobytes()
+        if key not in self._proj:
+            if len(self._proj) > 200_000:
+                self._proj.clear()
+            self._proj[key] = self._project_routing(x[: sp.n_routing])
+        u, moved = self._proj[key]
+        if not moved:
+            return x, False
+        out = x.copy()
+        out[: sp.n_routing] = u
+        return out, True
+
+    def _project_routing(self, u: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The routing dims ``u`` moved onto the floor: bisection on the segment towards the best tier."""
+        sp = self.space
+        x = np.zeros(sp.dim)
+        x[: sp.n_routing] = u
         fr = sp._fractions(x)
         floor = self.floor
         if self.quality(fr) >= floor - 1e-12:
-            return x, False
+            return u, False
         best = np.zeros_like(fr)
         best[self._best_tier()] = 1.0
         if self.quality(best) < floor - 1e-12:
-            return x, False  # nothing reaches the floor; the check below removes the candidate
+            return u, False  # nothing reaches the floor; the check in admit removes the candidate
         lo, hi = 0.0, 1.0
         for _ in range(PROJECT_STEPS):
             mid = 0.5 * (lo + hi)
             lo, hi = (lo, mid) if self.quality((1 - mid) * fr + mid * best) >= floor - 1e-12 else (mid, hi)
-        out = x.copy()
         for t in (hi, min(1.0, hi + 1e-6), min(1.0, hi + 1e-4), min(1.0, hi + 1e-2), 1.0):
-            out[: sp.n_routing] = sp.routing_point((1 - t) * fr + t * best)
-            if self.quality(sp._fractions(out)) >= floor - 1e-12:  # through the encoding's round-off
+            x[: sp.n_routing] = sp.routing_point((1 - t) * fr + t * best)
+            if self.quality(sp._fractions(x)) >= floor - 1e-12:  # through the encoding's round-off
                 break
-        return out, True
+        return x[: sp.n_routing].copy(), True
 
     # ---- capacity ---------------------------------------------------------------------------------
     def group_bound_rps(self, g: ReplicaGroup) -> float:

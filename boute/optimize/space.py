@@ -300,7 +300,7 @@ class Space:
                 fr[ti] = 0.0
         if not groups:
             raise InfeasibleError(f"budget ${self.budget:g}/h cannot buy one replica of any tier")
-        cost = float(sum(g.gpus_used * self.scenario.price(g.gpu) for g in groups))
+        cost = float(sum(r * c.gpus * p.price for p, c, r in zip(self.pairs, cfg, reps, strict=True) if r > 0))
         fr = fr / fr.sum()
         return Candidate(tuple(float(f) for f in fr), tuple(groups), cost)
 

@@ -49,7 +49,7 @@ import numpy as np
 from boute.optimize.acquisition import functions as acquisitions
 from boute.optimize.acquisition.pool import Pool, build_pool
 from boute.optimize.evaluators.base import Evaluator
-from boute.optimize.objectives import Objective, nondominated
+from boute.optimize.objectives import Objective, front_layers, nondominated
 from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate, Space
 from boute.optimize.strategies.base import Strategy
@@ -64,6 +64,10 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 ACQS = ("hybrid", "ehvi", "ei")
+#: qLogNEHVI's noisy baseline: the evaluated plans on the first non-dominated layers of the observed outcomes,
+#: at least this many (:func:`boute.optimize.objectives.front_layers`); BoTorch's own pruning then runs on
+#: those few instead of on every trial (its cost grows with the trials and had come to dominate a step)
+NEHVI_BASELINE = 32
 
 
 class _GPOptions(TypedDict):
@@ -92,7 +96,7 @@ class MoboStrategy(Strategy):
         mc_samples: int = 32,
         acq_optimizer: str = "pool",
         threads: int = 1,
-        refit_every: int = 1,
+        refit_growth: float = 0.1,
         acq: str = "hybrid",
         kernel: str = "matern",
         pool_global: int = 256,
@@ -118,7 +122,7 @@ class MoboStrategy(Strategy):
         self.quality_fn = quality_fn
         self.objective = objective if isinstance(objective, Objective) else Objective(objective)
         self.screen: Screen | None = None
-        self.latency_gp = LatencyGP(space, kernel, refit_every, fit_maxiter)
+        self.latency_gp = LatencyGP(space, kernel, refit_growth, fit_maxiter)
         # a cheaper evaluator's P95 (Candidate -> s) as the GP's known mean (module doc)
         self.prior = None if prior is None else PriorLatency(prior, space, clip_factor)
         self._fallback_opts = _GPOptions(
@@ -228,7 +232,7 @@ class MoboStrategy(Strategy):
         _, q, p, c = figures(ok)
         y = latency_outcome(p, cap, self.clip_factor)
         y_fit = y if self.prior is None else y - np.array([self.prior.y(t.candidate) for t in ok])
-        gp = self.latency_gp.fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1), step)
+        gp = self.latency_gp.fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1))
         t1 = time.perf_counter()
 
         feas = self.space.scenario.goal.mask(q, p, c)
@@ -256,13 +260,15 @@ class MoboStrategy(Strategy):
             best_cost = float(c[feas].min()) if feas.any() else budget + 1.0
             scores = self._log_cei_cost(lat, pool, pq, floor, cap, best_cost)
         elif kind == "pareto":
-            scores = self._log_nehvi(lat, X, pool, floor, cap, budget=budget)
+            base = front_layers(np.stack([-q, -y, c], axis=1), NEHVI_BASELINE)
+            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, budget=budget)
         elif kind == "ei" and (pq >= floor - 1e-12).any():
             best = float(y[feas].max()) if feas.any() else -math.log(cap)
             scores = self._log_ei(lat, pool, pq, floor, best)
         else:
             kind = "ehvi"
-            scores = self._log_nehvi(lat, X, pool, floor, cap)
+            base = front_layers(np.stack([-q, -y], axis=1), NEHVI_BASELINE)
+            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap)
         self.timings.append(
             {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
         )
@@ -347,10 +353,18 @@ class MoboStrategy(Strategy):
         return [self.prior.model(z, cands), gp]
 
     def _log_nehvi(
-        self, lat: list[Model], X: Tensor, pool: Pool, floor: float, cap: float, budget: float | None = None
+        self,
+        lat: list[Model],
+        X: Tensor,
+        pool: Pool,
+        pq: np.ndarray,
+        floor: float,
+        cap: float,
+        budget: float | None = None,
     ) -> np.ndarray:
         """qLogNEHVI of (exact quality, ``-log P95``) with the reference point at the targets; with ``budget``,
-        of (exact quality, ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget)."""
+        of (exact quality, ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget). ``X``: the
+        noisy baseline (evaluated plans, :data:`NEHVI_BASELINE`); ``pq``: the pool plans' exact quality."""
         from botorch.models.deterministic import GenericDeterministicModel
 
         space = self.space
@@ -358,8 +372,10 @@ class MoboStrategy(Strategy):
         def quality(z: np.ndarray) -> float:
             return self._quality(tuple(space._fractions(z)))
 
+        known = {z.tobytes(): float(v) for z, v in zip(pool.z, pq, strict=True)}
+        known.update((z.tobytes(), quality(z)) for z in X.numpy())
         return acquisitions.log_nehvi(
-            GenericDeterministicModel(pointwise(quality), num_outputs=1),
+            GenericDeterministicModel(pointwise(lookup(known, quality)), num_outputs=1),
             lat,
             X,
             self._pool_tensor(pool),

@@ -8,8 +8,12 @@ Kernel (``kernel``): ``matern``, a scaled Matern-5/2 with ARD over all dims and 
 lengthscale prior; or ``additive``, ``k_route + k_place + k_all`` (each scaled): routing and placement each
 explain part of the latency, the full kernel their interaction. Outcomes are standardised
 (``Standardize``); hyperparameters are fitted by maximum marginal likelihood (L-BFGS, ``fit_maxiter``
-iterations), warm-started from the previous step's and refitted every ``refit_every`` steps (in between the
-GP is only conditioned on the new data).
+iterations), warm-started from the previous fit's. They are refitted when the trials have grown by a fraction
+``refit_growth`` since the last fit, else the new GP takes the last fit's values: with ``n`` trials and ``b``
+per step that is every step while ``n <= b / refit_growth`` and every ``~refit_growth * n / b`` steps after.
+Why: the marginal likelihood of ``n`` points moves little when ``b`` more arrive once ``b << n``, while one
+L-BFGS fit costs ``O(n^3)`` per iteration and had come to take ~1 s of every step at ``n`` = 450; small
+searches (the CLI's 60 evaluations) still refit every step.
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ def latency_outcome(p95: np.ndarray, cap: float, clip_factor: float) -> np.ndarr
 class LatencyGP:
     """Fits the latency GP for each BO step (module doc), keeping the last fit as the next one's warm start."""
 
-    def __init__(self, space: Space, kernel: str = "matern", refit_every: int = 1, fit_maxiter: int = 60) -> None:
+    def __init__(self, space: Space, kernel: str = "matern", refit_growth: float = 0.1, fit_maxiter: int = 60) -> None:
         self.space = space
         self.kernel = kernel
-        self.refit_every = max(1, refit_every)
+        self.refit_growth = max(0.0, refit_growth)
         self.fit_maxiter = fit_maxiter
         self.state: dict[str, Tensor] | None = None  # last fitted hyperparameters: the warm start
+        self.fitted_on = 0  # trials at the last fit
 
     def covar(self) -> Kernel:
         from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior as dim_scaled
@@ -57,10 +62,10 @@ class LatencyGP:
             return ScaleKernel(k_r) + ScaleKernel(k_p) + ScaleKernel(k_rp)
         return ScaleKernel(dim_scaled(ard_num_dims=self.space.dim))
 
-    def fit(self, X: Tensor, y: Tensor, step: int) -> SingleTaskGP:
-        """The GP on ``(X, y)`` (``y``: ``(n, 1)``) in eval mode; hyperparameters refitted when ``step`` is a
-        multiple of ``refit_every`` (or on the first fit). A failed fit still leaves a usable model (the
-        warm-started or prior hyperparameters)."""
+    def fit(self, X: Tensor, y: Tensor) -> SingleTaskGP:
+        """The GP on ``(X, y)`` (``y``: ``(n, 1)``) in eval mode; hyperparameters refitted on the first fit and
+        whenever ``n >= (1 + refit_growth) x`` the last fit's ``n`` (module doc). A failed fit still leaves a
+        usable model (the warm-started or prior hyperparameters)."""
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import SingleTaskGP
         from botorch.models.transforms.outcome import Standardize
@@ -69,7 +74,9 @@ class LatencyGP:
         gp = SingleTaskGP(X, y, covar_module=self.covar(), outcome_transform=Standardize(m=1))
         if self.state is not None:
             gp.load_state_dict(self.state, strict=False)
-        if self.state is None or step % self.refit_every == 0:
+        n = int(X.shape[0])
+        if self.state is None or n >= (1.0 + self.refit_growth) * self.fitted_on:
+            self.fitted_on = n
             mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
             with contextlib.suppress(Exception):
                 fit_gpytorch_mll(
