@@ -21,7 +21,8 @@ change to the simulator (the judge of every row) starts a new one, since runs ju
 do not compare (``optimize_table_runs.jsonl``: stops 32-34; ``optimize_table_runs_sim35.jsonl``: the
 simulator since stop 35, replaying the held-out rows with per-tier answer lengths). A change to a
 strategy renames its old runs there (``mobo-stop38``: MOBO before the tier-off pool move; ``mobo-stop39``: before
-the swap move, the share snap and the pool's early start): they still count
+the swap move, the share snap and the pool's early start; ``mobo-stop41``: before the cheaper parent step of
+stop 42, for the rows re-run then): they still count
 towards the best known plan, which any search may have found, but fill no column. Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
