@@ -233,6 +233,10 @@ class Space:
     def _tier_reps(self, reps: list[int], tier: int) -> int:
         return sum(r for p, r in zip(self.pairs, reps, strict=True) if p.tier == tier)
 
+    def _cost(self, cfg: list[Config], reps: list[int]) -> float:
+        """$/h of ``reps`` replicas per pair at configs ``cfg``: sum of replicas x GPUs per replica x price."""
+        return float(sum(r * c.gpus * p.price for p, c, r in zip(self.pairs, cfg, reps, strict=True)))
+
     def _repair(self, fr: np.ndarray, cfg: list[Config], reps: list[int]) -> list[int]:
         pairs = self.pairs
         # (1) inventory per GPU type
@@ -242,11 +246,7 @@ class Space:
                 i = max(idx, key=lambda i: (reps[i] * cfg[i].gpus, -i))
                 reps[i] -= 1
         # (2) budget: drop the most expensive group's replicas, sparing each tier's last one while possible
-
-        def cost() -> float:
-            return sum(r * c.gpus * p.price for p, c, r in zip(pairs, cfg, reps, strict=True))
-
-        while cost() > self.budget + 1e-9:
+        while self._cost(cfg, reps) > self.budget + 1e-9:
             live = [i for i in range(len(pairs)) if reps[i] > 0]
             spare = [i for i in live if self._tier_reps(reps, pairs[i].tier) > 1]
             pool = spare or live
@@ -256,7 +256,7 @@ class Space:
         for ti in self.active_tiers:
             if fr[ti] <= 0 or self._tier_reps(reps, ti) > 0:
                 continue
-            left = self.budget - cost()
+            left = self.budget - self._cost(cfg, reps)
             best: tuple[float, int, Config] | None = None
             for i, p in enumerate(pairs):
                 if p.tier != ti:
@@ -300,9 +300,8 @@ class Space:
                 fr[ti] = 0.0
         if not groups:
             raise InfeasibleError(f"budget ${self.budget:g}/h cannot buy one replica of any tier")
-        cost = float(sum(r * c.gpus * p.price for p, c, r in zip(self.pairs, cfg, reps, strict=True) if r > 0))
         fr = fr / fr.sum()
-        return Candidate(tuple(float(f) for f in fr), tuple(groups), cost)
+        return Candidate(tuple(float(f) for f in fr), tuple(groups), self._cost(cfg, reps))
 
     # ---- encoding -------------------------------------------------------------------------------
     def routing_point(self, fractions: np.ndarray | tuple[float, ...]) -> np.ndarray:
