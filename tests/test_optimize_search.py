@@ -212,3 +212,62 @@ def test_latency_gp_refits_only_when_the_trials_grew_by_its_fraction(setup) -> N
     lgp.fit(X[:22], y[:22])
     assert lgp.fitted_on == 22 and lgp.state is not first
     assert any(not torch.equal(first[k], lgp.state[k]) for k in first)
+
+
+def test_cost_search_spends_deployments_and_centres_on_the_nearest_miss(setup) -> None:
+    """``cost``: a deployment with a feasible plan, or tried at ``ROUTINGS_PER_DEPLOYMENT`` routings none
+    feasible, leaves the pool; the cheaper plan meeting the floor that misses the cap least (below the GP's
+    clip, its deployment not spent) becomes a centre searched as closely as the incumbent."""
+    from dataclasses import replace
+
+    from boute.optimize.evaluators import EvalResult
+    from boute.optimize.strategies.mobo import ROUTINGS_PER_DEPLOYMENT, MoboStrategy
+    from boute.optimize.trials import Trial, figures
+
+    sp, ev = setup
+    tg = sp.scenario.goal
+    floor, cap = tg.quality_floor, tg.p95_cap_s
+    rng = np.random.default_rng(7)
+    deps: dict[str, object] = {}
+    while len(deps) < 5:  # five distinct deployments of the real space
+        cand = sp.decode(rng.random(sp.dim))
+        deps.setdefault(cand.deployment_key(), cand)
+    a, b, c, d, e = deps.values()
+
+    trials: list[Trial] = []
+
+    def add(cand, q: float, p95: float, cost: float, n: int = 1) -> None:
+        for k in range(n):  # n routings of one deployment: the fractions differ, the deployment does not
+            f0 = 0.2 + 0.6 * (k + 0.5) / max(n, 1)
+            fr = (f0, 1.0 - f0) if len(cand.fractions) == 2 else cand.fractions
+            cd = replace(cand, fractions=tuple(fr))
+            res = EvalResult(q, p95, 1.0, cost, bool(tg.mask(q, p95, cost)), 0.0, "synthetic")
+            trials.append(Trial(len(trials), tuple(sp.encode(cd)), tuple(sp.encode(cd)), cd, res))
+
+    add(a, floor + 0.01, 0.9 * cap, 10.0, n=2)  # feasible: the incumbent's deployment
+    add(b, floor + 0.01, 1.05 * cap, 8.0, n=ROUTINGS_PER_DEPLOYMENT)  # tried enough, never feasible
+    add(c, floor + 0.01, 1.3 * cap, 9.0, n=3)  # the near miss once b is spent
+    add(d, floor - 0.05, 1.01 * cap, 7.0)  # below the floor
+    add(e, floor + 0.01, 4.0 * cap, 6.0)  # past the clip (3 x cap)
+    ok, q, p, cost = figures(trials)
+    feas = tg.mask(q, p, cost)
+    strat = MoboStrategy(sp, seed=0, objective="cost", pool_global=32, pool_local=64)
+    spent = strat._spent_deployments(ok, feas)
+    assert spent == {a.deployment_key(), b.deployment_key()}
+    near = strat._near_miss(ok, q, p, cost, feas, spent)
+    assert near is not None and ok[near].candidate.deployment_key() == c.deployment_key()
+    # one routing fewer and b is not spent: it misses least, so it is the centre
+    short = [t for t in ok if t.candidate.deployment_key() != b.deployment_key()] + [
+        t for t in ok if t.candidate.deployment_key() == b.deployment_key()
+    ][1:]
+    _, q2, p2, c2 = figures(short)
+    f2 = tg.mask(q2, p2, c2)
+    assert strat._spent_deployments(short, f2) == {a.deployment_key()}
+    near2 = strat._near_miss(short, q2, p2, c2, f2, {a.deployment_key()})
+    assert near2 is not None and short[near2].candidate.deployment_key() == b.deployment_key()
+    assert strat._near_miss(ok, q, p, cost, feas, spent | {c.deployment_key()}) is None  # d and e never qualify
+
+    strat.bind(ev)  # the BO step itself: no spent deployment reaches the pool
+    pool, scores = strat._bo_step(trials, ok)
+    assert pool is not None and len(pool.z) == len(scores) > 0
+    assert not {cd.deployment_key() for cd in pool.candidates} & spent

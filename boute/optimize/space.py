@@ -86,8 +86,12 @@ class Candidate:
     def key(self) -> str:
         """Identity of the decision, used to recognise duplicates."""
         fr = ",".join(f"{f:.4f}" for f in self.fractions)
-        dep = ";".join(f"{g.tier}/{g.gpu}/{g.count}x{g.tp}x{g.pp}" for g in self.deployment)
-        return f"{fr}|{dep}"
+        return f"{fr}|{self.deployment_key()}"
+
+    def deployment_key(self) -> str:
+        """Identity of the deployment alone (the part of :meth:`key` after ``|``): plans that differ only in
+        routing share it, and their $/h."""
+        return ";".join(f"{g.tier}/{g.gpu}/{g.count}x{g.tp}x{g.pp}" for g in self.deployment)
 
 
 def fitting_configs(scenario: Scenario, tier: int, gpu: str, max_gpus: int | None = None) -> tuple[Config, ...]:

@@ -153,15 +153,16 @@ def build_pool(
     n_global: int = 256,
     n_local: int = 384,
     screen: Screen | None = None,
+    exhaustive: int = 1,
 ) -> Pool:
-    """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform;
-    with ``screen``, only plans that pass it (counted in ``screen.pool``)."""
+    """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform,
+    and every axis, tier-off and swap neighbour of the first ``exhaustive`` centres; with ``screen``, only
+    plans that pass it (counted in ``screen.pool``)."""
     raw: list[np.ndarray] = [rng.random((n_global, space.dim))] if n_global else []
     if centres:
-        incumbent = np.asarray(centres[0], dtype=float)
-        raw.append(axis_neighbours(space, incumbent))
-        raw.append(tier_off_neighbours(space, incumbent))
-        raw.append(swap_neighbours(space, incumbent))
+        for c in centres[:exhaustive]:
+            c = np.asarray(c, dtype=float)
+            raw.extend((axis_neighbours(space, c), tier_off_neighbours(space, c), swap_neighbours(space, c)))
         per = max(1, n_local // len(centres))
         for c in centres:
             raw.append(np.array([_move(space, np.asarray(c, dtype=float), rng) for _ in range(per)]))

@@ -68,6 +68,8 @@ ACQS = ("hybrid", "ehvi", "ei")
 #: at least this many (:func:`boute.optimize.objectives.front_layers`); BoTorch's own pruning then runs on
 #: those few instead of on every trial (its cost grows with the trials and had come to dominate a step)
 NEHVI_BASELINE = 32
+#: the ``cost`` search's routings per deployment before it counts as spent (:meth:`MoboStrategy._spent_deployments`)
+ROUTINGS_PER_DEPLOYMENT = 12
 
 
 class _GPOptions(TypedDict):
@@ -190,11 +192,11 @@ class MoboStrategy(Strategy):
         if pool is None:
             return [scores]
         picked: list[np.ndarray] = []
-        seen: set[tuple[str, ...]] = set()
+        seen: set[str] = set()
         for i in np.argsort(-scores, kind="stable"):
             if not np.isfinite(scores[i]) and picked:
                 break
-            dep = tuple(g.model_dump_json() for g in pool.candidates[int(i)].deployment)
+            dep = pool.candidates[int(i)].deployment_key()
             if dep in seen:
                 continue
             seen.add(dep)
@@ -237,11 +239,17 @@ class MoboStrategy(Strategy):
 
         feas = self.space.scenario.goal.mask(q, p, c)
         kind = self._kind(step, bool(feas.any()))
-        centres = (
-            self._centres(ok, q, p, floor, kind)
-            if self.objective.name == "latency" or not feas.any()
-            else self._centres_front(ok, q, p, c, feas)
-        )
+        exhaustive, spent = 1, set[str]()
+        if self.objective.name == "latency" or not feas.any():
+            centres = self._centres(ok, q, p, floor, kind)
+        else:
+            centres = self._centres_front(ok, q, p, c, feas)
+            if kind == "cost":
+                spent = self._spent_deployments(ok, feas)
+            near = self._near_miss(ok, q, p, c, feas, spent)
+            if near is not None:  # searched as closely as the incumbent (its doc)
+                centres.insert(1, np.asarray(ok[near].z, dtype=float))
+                exhaustive = 2
         pool = build_pool(
             self.space,
             centres,
@@ -250,7 +258,11 @@ class MoboStrategy(Strategy):
             n_global=self.pool_global,
             n_local=self.pool_local,
             screen=self.screen,
+            exhaustive=exhaustive,
         )
+        if spent:
+            keep = [i for i, cd in enumerate(pool.candidates) if cd.deployment_key() not in spent]
+            pool = Pool(pool.z[keep], tuple(pool.candidates[i] for i in keep))
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
             return None, rng.random(self.space.dim)
         pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
@@ -296,6 +308,63 @@ class MoboStrategy(Strategy):
                 if len(idx) == 3:
                     break
         return [np.asarray(ok[i].z, dtype=float) for i in idx]
+
+    def _spent_deployments(self, ok: Sequence[Trial], feas: np.ndarray) -> set[str]:
+        """Deployments the ``cost`` search has nothing left to learn from: each kept out of the pool.
+
+        A plan's $/h is its deployment's, so another routing of a deployment can lower the cost only by
+        turning it feasible. Spent: a deployment with a feasible plan (no cheaper routing of it exists), or
+        one evaluated at :data:`ROUTINGS_PER_DEPLOYMENT` routings, none feasible. Why the cap: the
+        simulator's P95 is a step function of the routing (which requests cross the difficulty threshold),
+        so near the cap the GP reads the steps as noise around a mean just above the cap and scores every
+        new routing of the deployment as a fair chance; long-prompt's search at $13.20/h spent 166 of its
+        ~700 evaluations on one $12.64/h deployment whose best P95 was 5.02 s against the 5 s cap.
+        """
+        tried: dict[str, int] = {}
+        done: set[str] = set()
+        for t, f in zip(ok, feas, strict=True):
+            dep = t.candidate.deployment_key()
+            tried[dep] = tried.get(dep, 0) + 1
+            if f:
+                done.add(dep)
+        return done | {d for d, n in tried.items() if n >= ROUTINGS_PER_DEPLOYMENT}
+
+    def _near_miss(
+        self,
+        ok: Sequence[Trial],
+        q: np.ndarray,
+        p: np.ndarray,
+        c: np.ndarray,
+        feas: np.ndarray,
+        spent: set[str],
+    ) -> int | None:
+        """The plan cheaper than every feasible one that comes closest to meeting the targets, or ``None``.
+
+        Why a centre of its own: when the cheapest feasible plan sits in a basin, the cheaper plans that
+        do meet the targets are often two or three changes away (long-prompt at $13.20/h: the large tier
+        re-sharded 2 x TP2 over H100 and RTX PRO 6000 GPUs *and* a small-tier replica added *and* more load
+        routed to it, $12.19/h). Each single change from the incumbent either costs more or misses the cap,
+        so the moves around the incumbent never reach it; the evaluated plan that already made the first
+        change and misses least (there: P95 5.98 s against the 5 s cap, $11.60/h) is one change away.
+        Candidates: plans meeting the quality floor, cheaper than the cheapest feasible plan, with P95 below
+        the GP's clip (``clip_factor`` x the cap: beyond it the model sees nothing); the one with the least
+        :meth:`~boute.specs.targets.Targets.violation`, ties to the cheaper; a ``spent`` deployment
+        (:meth:`_spent_deployments`) is passed over, so the centre moves on to the next near miss.
+        """
+        tg = self.space.scenario.goal
+        cheapest = float(c[feas].min())
+        fresh = np.array([t.candidate.deployment_key() not in spent for t in ok], dtype=bool)
+        cand = np.flatnonzero(
+            (q >= tg.quality_floor - 1e-12)
+            & (c < cheapest - 1e-9)
+            & (p < self.clip_factor * tg.p95_cap_s)
+            & ~feas
+            & fresh
+        )
+        if cand.size == 0:
+            return None
+        v = tg.violation(q[cand], p[cand], c[cand])
+        return int(cand[np.lexsort((c[cand], v))[0]])
 
     def _log_cei_cost(
         self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
