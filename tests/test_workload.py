@@ -197,3 +197,16 @@ def test_verify_replays_held_out_prompts_whatever_the_length_source() -> None:
         qm = quality_model_for(s)
         req = build_requests(s, profile_for(s), qm.test_index, duration_s=20)
         assert set(req.rows.tolist()) <= set(qm.test_index.tolist()) and len(set(req.rows.tolist())) > 50
+
+
+def test_the_simulator_draws_tiers_by_seed_only_for_requests_without_a_profile_prompt() -> None:
+    """``SimEvaluator.seed_draws_tiers``: the built-in scenario's requests carry profile prompts, routed by
+    their scores whatever the seed; long-prompt's carry the trace's lengths only, so their tiers are a draw
+    by the fractions and two seeds route them differently (the benches judge such scenarios per seed)."""
+    from boute.optimize.evaluators.sim import SimEvaluator
+
+    for ref, drawn in ((None, False), ("experiments/scenarios/long-prompt.yaml", True)):
+        ev = SimEvaluator(load_scenario(ref))
+        assert ev.seed_draws_tiers is drawn
+        routes = [ev.quality_model.assign(ev.workload.prompt_index, np.array([0.8, 0.2]), seed=seed) for seed in (0, 1)]
+        assert (not np.array_equal(*routes)) is drawn
