@@ -26,7 +26,9 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   function of the deployment), so the acquisition is BoTorch's constrained qLogEI on ``-$/h`` with the
   outcome constraint ``P95 <= cap`` on the latency GP: the improvement in cost weighted by the GP's
   probability of meeting the cap (feasibility-weighted EI). ``pareto``: qLogNEHVI on (exact quality, GP
-  ``-log P95``, exact ``-$/h``) with the reference point at the targets (floor, cap, budget).
+  ``-log P95``, exact ``-$/h``) with the reference point at the targets (floor, cap, budget). Both also
+  centre on the cheaper plan that misses the targets least (:meth:`MoboStrategy._near_miss`), and ``cost``
+  keeps spent deployments out of the pool (:meth:`MoboStrategy._spent_deployments`).
 * **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
   meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
 * **A cheaper evaluator as the prior** (``prior``, used when a confirmation's search goes on with the
