@@ -154,10 +154,12 @@ def build_pool(
     n_local: int = 384,
     screen: Screen | None = None,
     exhaustive: int = 1,
+    skip_deployments: frozenset[str] | set[str] = frozenset(),
 ) -> Pool:
     """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform,
     and every axis, tier-off and swap neighbour of the first ``exhaustive`` centres; with ``screen``, only
-    plans that pass it (counted in ``screen.pool``)."""
+    plans that pass it (counted in ``screen.pool``); none whose deployment is in ``skip_deployments``
+    (:meth:`~boute.optimize.space.Candidate.deployment_key`)."""
     raw: list[np.ndarray] = [rng.random((n_global, space.dim))] if n_global else []
     if centres:
         for c in centres[:exhaustive]:
@@ -179,7 +181,7 @@ def build_pool(
                 removed.add(cand.key())
                 continue
         key = cand.key()
-        if key in known or key in removed:
+        if key in known or key in removed or (skip_deployments and cand.deployment_key() in skip_deployments):
             continue
         known.add(key)
         zs.append(space.encode(cand))

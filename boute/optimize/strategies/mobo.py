@@ -246,9 +246,10 @@ class MoboStrategy(Strategy):
             centres = self._centres(ok, q, p, floor, kind)
         else:
             centres = self._centres_front(ok, q, p, c, feas)
+            deps = [t.candidate.deployment_key() for t in ok]
             if kind == "cost":
-                spent = self._spent_deployments(ok, feas)
-            near = self._near_miss(ok, q, p, c, feas, spent)
+                spent = self._spent_deployments(deps, feas)
+            near = self._near_miss(deps, q, p, c, feas, spent)
             if near is not None:  # searched as closely as the incumbent (its doc)
                 centres.insert(1, np.asarray(ok[near].z, dtype=float))
                 exhaustive = 2
@@ -261,10 +262,8 @@ class MoboStrategy(Strategy):
             n_local=self.pool_local,
             screen=self.screen,
             exhaustive=exhaustive,
+            skip_deployments=spent,
         )
-        if spent:
-            keep = [i for i, cd in enumerate(pool.candidates) if cd.deployment_key() not in spent]
-            pool = Pool(pool.z[keep], tuple(pool.candidates[i] for i in keep))
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
             return None, rng.random(self.space.dim)
         pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
@@ -311,7 +310,7 @@ class MoboStrategy(Strategy):
                     break
         return [np.asarray(ok[i].z, dtype=float) for i in idx]
 
-    def _spent_deployments(self, ok: Sequence[Trial], feas: np.ndarray) -> set[str]:
+    def _spent_deployments(self, deps: Sequence[str], feas: np.ndarray) -> set[str]:
         """Deployments the ``cost`` search has nothing left to learn from: each kept out of the pool.
 
         A plan's $/h is its deployment's, so another routing of a deployment can lower the cost only by
@@ -324,8 +323,7 @@ class MoboStrategy(Strategy):
         """
         tried: dict[str, int] = {}
         done: set[str] = set()
-        for t, f in zip(ok, feas, strict=True):
-            dep = t.candidate.deployment_key()
+        for dep, f in zip(deps, feas, strict=True):  # deps: each evaluated plan's deployment_key()
             tried[dep] = tried.get(dep, 0) + 1
             if f:
                 done.add(dep)
@@ -333,7 +331,7 @@ class MoboStrategy(Strategy):
 
     def _near_miss(
         self,
-        ok: Sequence[Trial],
+        deps: Sequence[str],
         q: np.ndarray,
         p: np.ndarray,
         c: np.ndarray,
@@ -355,7 +353,7 @@ class MoboStrategy(Strategy):
         """
         tg = self.space.scenario.goal
         cheapest = float(c[feas].min())
-        fresh = np.array([t.candidate.deployment_key() not in spent for t in ok], dtype=bool)
+        fresh = np.array([d not in spent for d in deps], dtype=bool)
         cand = np.flatnonzero(
             (q >= tg.quality_floor - 1e-12)
             & (c < cheapest - 1e-9)
