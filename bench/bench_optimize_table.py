@@ -26,12 +26,11 @@ stop 42, for the rows re-run then; ``mobo-stop42``: the cost rows at 120 s befor
 deployments and near-miss centre of stop 43): they still count
 towards the best known plan, which any search may have found, but fill no column.
 
-Judges: the simulator routes a request without a profile prompt (trace or synthetic lengths: long-prompt,
-the random scenarios) to a tier drawn with the run's seed, so there each seed is its own judge
-(:func:`seed_judged`) and a plan's figure moves with the draw (long-prompt's $12.19/h plan: P95 4.86 s
-under seed 3, 5.62 s under seed 1, past the cap). The best known plan is then per seed, and the long-prompt
-rows carry MOBO searches of 300 s per seed (``BOUTE_TABLE_BUDGETS=300``) so that each seed's best known is
-not only what the 120 s runs found. Wall times are on the shared 2-core machine, whatever else
+Judges: one per (scenario, objective). The simulator's draws are the scenario's (``workload.seed``, also
+for the tiers of requests without a profile prompt: :mod:`boute.optimize.evaluators.sim`), so every seed's
+run is judged alike. Until stop 44 those tiers were drawn with the run's seed and each seed judged
+long-prompt and the random scenario on its own draw; those runs are kept apart in
+``optimize_table_runs_sim35_seedjudge.jsonl`` and count for nothing here. Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
 
@@ -77,44 +76,31 @@ def _done(runs_file: Path = RUNS) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {_key(r): r for r in rows}
 
 
-def seed_judged(refs: tuple[str, ...]) -> set[str]:
-    """The scenarios whose simulator draws some requests' tiers with the run's seed
-    (:attr:`boute.optimize.evaluators.sim.SimEvaluator.seed_draws_tiers`): each seed is its own judge there."""
-    from boute.optimize.evaluators.sim import SimEvaluator
-
-    return {ref for ref in refs if SimEvaluator(_load(ref)).seed_draws_tiers}
-
-
-def summarise(runs: list[dict[str, Any]], seeded: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (scenario, objective, budget): each strategy's median and its gap to the best known plan.
 
-    The best known plan is the best any run found under the same judge: one per (scenario, objective), or
-    per seed as well for the ``seeded`` scenarios (:func:`seed_judged`), whose simulator draws differ by
-    seed. A strategy's gap is the median of its runs' ``value / best known under the run's judge - 1`` (with
-    one judge, its median's gap)."""
-    best: dict[tuple[str, str, int | None], float] = {}
-
-    def judge(r: dict[str, Any]) -> tuple[str, str, int | None]:
-        return (r["scenario"], r["objective"], r["seed"] if r["scenario"] in seeded else None)
-
+    The best known plan is the best any run of the scenario and objective found, at any budget. A strategy's
+    gap is ``median / best known - 1``; ``within_2pct`` counts its runs with ``value <= 1.02 x best known``."""
+    best: dict[tuple[str, str], float] = {}
     for r in runs:
         if r["value"] is not None:
-            best[judge(r)] = min(best.get(judge(r), np.inf), r["value"])
+            key = (r["scenario"], r["objective"])
+            best[key] = min(best.get(key, np.inf), r["value"])
     rows: dict[str, Any] = {}
     for sc, obj, budget in sorted({(r["scenario"], r["objective"], r["budget_s"]) for r in runs}):
         here = [r for r in runs if (r["scenario"], r["objective"], r["budget_s"]) == (sc, obj, budget)]
-        refs = sorted({v for k, v in best.items() if k[:2] == (sc, obj)})
+        ref = best.get((sc, obj))
         per: dict[str, Any] = {}
         for s in STRATEGIES:
             mine = [r for r in here if r["strategy"] == s]
             vals = [r["value"] for r in mine]
             finite = [v for v in vals if v is not None]
             med = None if not finite or len(finite) < len(vals) / 2 else float(np.median(finite))
-            ratios = [r["value"] / best[judge(r)] for r in mine if r["value"] is not None]
+            ratios = [r["value"] / ref for r in mine if r["value"] is not None and ref is not None]
             per[s] = {
                 "values": vals,
                 "median": med,
-                "gap_to_best_known": None if med is None else round(float(np.median(ratios)) - 1, 4),
+                "gap_to_best_known": None if med is None or ref is None else round(med / ref - 1, 4),
                 "within_2pct": sum(x <= 1.02 for x in ratios),
                 "no_plan": sum(v is None for v in vals),
                 "median_evaluations": float(np.median([r["evaluations"] for r in here if r["strategy"] == s]))
@@ -123,7 +109,7 @@ def summarise(runs: list[dict[str, Any]], seeded: set[str] | frozenset[str] = fr
             }
         gaps = {s: v["gap_to_best_known"] for s, v in per.items() if v["median"] is not None}
         rows[f"{sc}/{obj}/{budget:g}s"] = {
-            "best_known": refs[0] if len(refs) == 1 else refs,  # per seed (sorted) where each seed judges
+            "best_known": ref,
             "winner": min(gaps, key=lambda s: gaps[s]) if gaps else None,
             "seeds": max((len(v["values"]) for v in per.values()), default=0),
             "strategies": per,
@@ -148,7 +134,7 @@ def markdown(rows: dict[str, Any]) -> str:
         ref, obj, budget = key.rsplit("/", 2)
         per, best = row["strategies"], row["best_known"]
         gaps = [v["gap_to_best_known"] for v in per.values() if v["median"] is not None]
-        top = min(gaps) if gaps else None  # the best gap (with one judge: the best median)
+        top = min(gaps) if gaps else None  # the best gap: the best median
         mobo_n = len(per["mobo"]["values"])
         fewer = [f"{_NAMES[s]} {len(per[s]['values'])}" for s in STRATEGIES[1:] if 0 < len(per[s]["values"]) != mobo_n]
         seeds = f"{budget.removesuffix('s')} s, {mobo_n}" + (f" ({', '.join(fewer)})" if fewer else "")
@@ -164,8 +150,7 @@ def markdown(rows: dict[str, Any]) -> str:
             cells.append(txt + (f", {v['no_plan']} no plan" if v["no_plan"] else ""))
         near = per["mobo"]["within_2pct"]
         label = f"{short(ref)} / {obj} ({_UNITS[obj]})"
-        known = f"{best:.4g}" if not isinstance(best, list) else f"{best[0]:.4g}-{best[-1]:.4g} per seed"
-        lines.append("| " + " | ".join([label, seeds, known, *cells, f"{near}/{mobo_n} seeds"]) + " |")
+        lines.append("| " + " | ".join([label, seeds, f"{best:.4g}", *cells, f"{near}/{mobo_n} seeds"]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -199,6 +184,6 @@ def run(quick: bool = True) -> dict[str, Any]:
                         with runs_file.open("a") as f:
                             f.write(json.dumps(r) + "\n")
                         done[key] = r
-    rows = summarise(list(done.values()), seed_judged(tuple({k[0] for k in done})))
+    rows = summarise(list(done.values()))
     runs_file.with_name("optimize_table.md").write_text(markdown(rows))
     return {"runs_file": runs_file.name, "budgets_s": budgets, "seeds": seeds, "rows": rows}

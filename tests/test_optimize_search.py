@@ -221,7 +221,8 @@ def test_cost_search_spends_deployments_and_centres_on_the_nearest_miss(setup) -
     from dataclasses import replace
 
     from boute.optimize.evaluators import EvalResult
-    from boute.optimize.strategies.mobo import ROUTINGS_PER_DEPLOYMENT, MoboStrategy
+    from boute.optimize.strategies.centres import ROUTINGS_PER_DEPLOYMENT, near_miss, spent_deployments
+    from boute.optimize.strategies.mobo import MoboStrategy
     from boute.optimize.trials import Trial, figures
 
     sp, ev = setup
@@ -252,10 +253,11 @@ def test_cost_search_spends_deployments_and_centres_on_the_nearest_miss(setup) -
     ok, q, p, cost = figures(trials)
     feas = tg.mask(q, p, cost)
     strat = MoboStrategy(sp, seed=0, objective="cost", pool_global=32, pool_local=64)
+    clip = strat.clip_factor * cap  # 3 x cap: e's P95 is past it
     deps = [t.candidate.deployment_key() for t in ok]
-    spent = strat._spent_deployments(deps, feas)
+    spent = spent_deployments(deps, feas)
     assert spent == {a.deployment_key(), b.deployment_key()}
-    near = strat._near_miss(deps, q, p, cost, feas, spent)
+    near = near_miss(deps, q, p, cost, feas, spent, tg, clip)
     assert near is not None and ok[near].candidate.deployment_key() == c.deployment_key()
     # one routing fewer and b is not spent: it misses least, so it is the centre
     short = [t for t in ok if t.candidate.deployment_key() != b.deployment_key()] + [
@@ -264,10 +266,10 @@ def test_cost_search_spends_deployments_and_centres_on_the_nearest_miss(setup) -
     _, q2, p2, c2 = figures(short)
     f2 = tg.mask(q2, p2, c2)
     deps2 = [t.candidate.deployment_key() for t in short]
-    assert strat._spent_deployments(deps2, f2) == {a.deployment_key()}
-    near2 = strat._near_miss(deps2, q2, p2, c2, f2, {a.deployment_key()})
+    assert spent_deployments(deps2, f2) == {a.deployment_key()}
+    near2 = near_miss(deps2, q2, p2, c2, f2, {a.deployment_key()}, tg, clip)
     assert near2 is not None and short[near2].candidate.deployment_key() == b.deployment_key()
-    assert strat._near_miss(deps, q, p, cost, feas, spent | {c.deployment_key()}) is None  # d and e never qualify
+    assert near_miss(deps, q, p, cost, feas, spent | {c.deployment_key()}, tg, clip) is None  # d and e never qualify
 
     strat.bind(ev)  # the BO step itself: no spent deployment reaches the pool
     pool, scores = strat._bo_step(trials, ok)

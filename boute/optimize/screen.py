@@ -31,6 +31,7 @@ from boute.optimize.evaluators.base import policy_of
 from boute.optimize.space import Candidate, Space
 from boute.quality.policy import PolicyResult, QualityModel
 from boute.specs import ReplicaGroup
+from boute.specs.targets import meets_floor
 
 if TYPE_CHECKING:
     from boute.perf.model import ReplicaPerf
@@ -157,19 +158,19 @@ class Screen:
         x[: sp.n_routing] = u
         fr = sp._fractions(x)
         floor = self.floor
-        if self.quality(fr) >= floor - 1e-12:
+        if meets_floor(self.quality(fr), floor):
             return u, False
         best = np.zeros_like(fr)
         best[self._best_tier()] = 1.0
-        if self.quality(best) < floor - 1e-12:
+        if not meets_floor(self.quality(best), floor):
             return u, False  # nothing reaches the floor; the check in admit removes the candidate
         lo, hi = 0.0, 1.0
         for _ in range(PROJECT_STEPS):
             mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if self.quality((1 - mid) * fr + mid * best) >= floor - 1e-12 else (mid, hi)
+            lo, hi = (lo, mid) if meets_floor(self.quality((1 - mid) * fr + mid * best), floor) else (mid, hi)
         for t in (hi, min(1.0, hi + 1e-6), min(1.0, hi + 1e-4), min(1.0, hi + 1e-2), 1.0):
             x[: sp.n_routing] = sp.routing_point((1 - t) * fr + t * best)
-            if self.quality(sp._fractions(x)) >= floor - 1e-12:  # through the encoding's round-off
+            if meets_floor(self.quality(sp._fractions(x)), floor):  # through the encoding's round-off
                 break
         return x[: sp.n_routing].copy(), True
 
@@ -217,7 +218,7 @@ class Screen:
         xp, moved = self.project(x)
         c.projected += int(moved)
         cand = self.space.decode(xp)
-        if self.quality_model is not None and self.quality(cand.fractions) < self.floor - 1e-12:
+        if self.quality_model is not None and not meets_floor(self.quality(cand.fractions), self.floor):
             c.quality += 1
             return xp, cand, f"quality: {self.quality(cand.fractions):.4f} < floor {self.floor:g} after routing repair"
         if self.capacity:

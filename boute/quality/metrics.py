@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from boute.quality.policy import QualityModel
+from boute.specs.targets import meets_floor
 
 
 def pair_fractions(n_tiers: int, large_share: float) -> np.ndarray:
@@ -118,5 +119,5 @@ def at_shares(result: dict[str, Any], shares: tuple[float, ...] = (0.2, 0.4, 0.6
 def share_for_floor(curve: dict[str, list[float]], floor: float) -> float | None:
     """Smallest large-model share whose quality reaches ``floor`` on a curve, or None."""
     x, y = np.asarray(curve["share"]), np.asarray(curve["quality"])
-    hit = np.nonzero(y >= floor - 1e-12)[0]
+    hit = np.nonzero(meets_floor(y, floor))[0]
     return float(x[hit[0]]) if hit.size else None

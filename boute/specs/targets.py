@@ -26,6 +26,13 @@ BUDGET_EPS = 1e-6
 QUALITY_SE_TOLERANCE = 2.0
 
 
+def meets_floor(quality: ArrayLike, floor: float) -> np.ndarray:
+    """``quality >= floor`` up to :data:`QUALITY_EPS`, elementwise: the floor half of the feasibility rule, for
+    the callers that hold a quality without the other two figures (the screen's routing repair, the
+    search's incumbents and acquisitions, the quality curves)."""
+    return np.asarray(quality, dtype=float) >= floor - QUALITY_EPS
+
+
 @dataclass(frozen=True)
 class Targets:
     """Quality floor (profile scale [0, 1]), P95 end-to-end latency cap (s), budget (USD/h)."""
@@ -46,7 +53,7 @@ class Targets:
         if quality_se is not None:
             q = q + QUALITY_SE_TOLERANCE * np.asarray(quality_se, dtype=float)
         return (
-            (q >= self.quality_floor - QUALITY_EPS)
+            meets_floor(q, self.quality_floor)
             & (np.asarray(p95, dtype=float) <= self.p95_cap_s)
             & (np.asarray(cost, dtype=float) <= self.budget + BUDGET_EPS)
         )

@@ -27,8 +27,9 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   outcome constraint ``P95 <= cap`` on the latency GP: the improvement in cost weighted by the GP's
   probability of meeting the cap (feasibility-weighted EI). ``pareto``: qLogNEHVI on (exact quality, GP
   ``-log P95``, exact ``-$/h``) with the reference point at the targets (floor, cap, budget). Both also
-  centre on the cheaper plan that misses the targets least (:meth:`MoboStrategy._near_miss`), and ``cost``
-  keeps spent deployments out of the pool (:meth:`MoboStrategy._spent_deployments`).
+  centre on the cheaper plan that misses the targets least (:func:`.centres.near_miss`), and ``cost``
+  keeps spent deployments out of the pool (:func:`.centres.spent_deployments`). Which evaluated plans the
+  pool is built around is :mod:`boute.optimize.strategies.centres`.
 * **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
   meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
 * **A cheaper evaluator as the prior** (``prior``, used when a confirmation's search goes on with the
@@ -51,15 +52,17 @@ import numpy as np
 from boute.optimize.acquisition import functions as acquisitions
 from boute.optimize.acquisition.pool import Pool, build_pool
 from boute.optimize.evaluators.base import Evaluator
-from boute.optimize.objectives import Objective, front_layers, nondominated
+from boute.optimize.objectives import Objective, front_layers
 from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate, Space
 from boute.optimize.strategies.base import Strategy
+from boute.optimize.strategies.centres import floor_incumbents, front_incumbents, near_miss, spent_deployments
 from boute.optimize.strategies.design import SobolDesign
 from boute.optimize.surrogates.exact import ExactQuality, QualityFn, exact_quality_fn, lookup, pointwise
 from boute.optimize.surrogates.latency import LatencyGP, latency_outcome
 from boute.optimize.surrogates.prior import PriorLatency
-from boute.optimize.trials import Trial, figures, pareto_mask
+from boute.optimize.trials import Trial, figures
+from boute.specs.targets import meets_floor
 
 if TYPE_CHECKING:
     from botorch.models.model import Model
@@ -70,8 +73,6 @@ ACQS = ("hybrid", "ehvi", "ei")
 #: at least this many (:func:`boute.optimize.objectives.front_layers`); BoTorch's own pruning then runs on
 #: those few instead of on every trial (its cost grows with the trials and had come to dominate a step)
 NEHVI_BASELINE = 32
-#: the ``cost`` search's routings per deployment before it counts as spent (:meth:`MoboStrategy._spent_deployments`)
-ROUTINGS_PER_DEPLOYMENT = 12
 
 
 class _GPOptions(TypedDict):
@@ -242,17 +243,19 @@ class MoboStrategy(Strategy):
         feas = self.space.scenario.goal.mask(q, p, c)
         kind = self._kind(step, bool(feas.any()))
         exhaustive, spent = 1, set[str]()
+        goal = self.space.scenario.goal
         if self.objective.name == "latency" or not feas.any():
-            centres = self._centres(ok, q, p, floor, kind)
+            idx = floor_incumbents(q, p, floor, front=kind == "ehvi")
         else:
-            centres = self._centres_front(ok, q, p, c, feas)
+            idx = front_incumbents(q, p, c, feas, goal, self.objective)
             deps = [t.candidate.deployment_key() for t in ok]
             if kind == "cost":
-                spent = self._spent_deployments(deps, feas)
-            near = self._near_miss(deps, q, p, c, feas, spent)
+                spent = spent_deployments(deps, feas)
+            near = near_miss(deps, q, p, c, feas, spent, goal, self.clip_factor * cap)
             if near is not None:  # searched as closely as the incumbent (its doc)
-                centres.insert(1, np.asarray(ok[near].z, dtype=float))
+                idx.insert(1, near)
                 exhaustive = 2
+        centres = [np.asarray(ok[i].z, dtype=float) for i in idx]
         pool = build_pool(
             self.space,
             centres,
@@ -275,7 +278,7 @@ class MoboStrategy(Strategy):
         elif kind == "pareto":
             base = front_layers(np.stack([-q, -y, c], axis=1), NEHVI_BASELINE)
             scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, budget=budget)
-        elif kind == "ei" and (pq >= floor - 1e-12).any():
+        elif kind == "ei" and meets_floor(pq, floor).any():
             best = float(y[feas].max()) if feas.any() else -math.log(cap)
             scores = self._log_ei(lat, pool, pq, floor, best)
         else:
@@ -286,85 +289,6 @@ class MoboStrategy(Strategy):
             {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
         )
         return pool, np.asarray(scores, dtype=float)
-
-    def _centres_front(
-        self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, c: np.ndarray, feas: np.ndarray
-    ) -> list[np.ndarray]:
-        """Incumbents for ``cost``/``pareto``: the objective's best plans meeting the targets, spread over the
-        3-D front; before any plan meets them, the ones closest to doing so (smallest violation)."""
-        tg = self.space.scenario.goal
-        idx: list[int] = []
-        f = np.flatnonzero(feas)
-        if f.size:
-            front = f[nondominated(np.stack([-q[f], p[f], c[f]], axis=1))]
-            order = self.objective.order(q[front], p[front], c[front], tg)
-            idx = [int(front[j]) for j in order[:2]]
-            cheapest = int(f[np.argmin(c[f])])
-            if cheapest not in idx:
-                idx.append(cheapest)
-        if len(idx) < 3:
-            for j in np.argsort(tg.violation(q, p, c) + 1e-9 * c):
-                if int(j) not in idx:
-                    idx.append(int(j))
-                if len(idx) == 3:
-                    break
-        return [np.asarray(ok[i].z, dtype=float) for i in idx]
-
-    def _spent_deployments(self, deps: Sequence[str], feas: np.ndarray) -> set[str]:
-        """Deployments the ``cost`` search has nothing left to learn from: each kept out of the pool.
-
-        A plan's $/h is its deployment's, so another routing of a deployment can lower the cost only by
-        turning it feasible. Spent: a deployment with a feasible plan (no cheaper routing of it exists), or
-        one evaluated at :data:`ROUTINGS_PER_DEPLOYMENT` routings, none feasible. Why the cap: the
-        simulator's P95 is a step function of the routing (which requests cross the difficulty threshold),
-        so near the cap the GP reads the steps as noise around a mean just above the cap and scores every
-        new routing of the deployment as a fair chance; long-prompt's search at $13.20/h spent 166 of its
-        ~700 evaluations on one $12.64/h deployment whose best P95 was 5.02 s against the 5 s cap.
-        """
-        tried: dict[str, int] = {}
-        done: set[str] = set()
-        for dep, f in zip(deps, feas, strict=True):  # deps: each evaluated plan's deployment_key()
-            tried[dep] = tried.get(dep, 0) + 1
-            if f:
-                done.add(dep)
-        return done | {d for d, n in tried.items() if n >= ROUTINGS_PER_DEPLOYMENT}
-
-    def _near_miss(
-        self,
-        deps: Sequence[str],
-        q: np.ndarray,
-        p: np.ndarray,
-        c: np.ndarray,
-        feas: np.ndarray,
-        spent: set[str],
-    ) -> int | None:
-        """The plan cheaper than every feasible one that comes closest to meeting the targets, or ``None``.
-
-        Why a centre of its own: when the cheapest feasible plan sits in a basin, the cheaper plans that
-        do meet the targets are often two or three changes away (long-prompt at $13.20/h: the large tier
-        re-sharded 2 x TP2 over H100 and RTX PRO 6000 GPUs *and* a small-tier replica added *and* more load
-        routed to it, $12.19/h). Each single change from the incumbent either costs more or misses the cap,
-        so the moves around the incumbent never reach it; the evaluated plan that already made the first
-        change and misses least (there: P95 5.98 s against the 5 s cap, $11.60/h) is one change away.
-        Candidates: plans meeting the quality floor, cheaper than the cheapest feasible plan, with P95 below
-        the GP's clip (``clip_factor`` x the cap: beyond it the model sees nothing); the one with the least
-        :meth:`~boute.specs.targets.Targets.violation`, ties to the cheaper; a ``spent`` deployment
-        (:meth:`_spent_deployments`) is passed over, so the centre moves on to the next near miss.
-        """
-        tg = self.space.scenario.goal
-        cheapest = float(c[feas].min())
-        fresh = np.array([d not in spent for d in deps], dtype=bool)
-        cand = np.flatnonzero(
-            (q >= tg.quality_floor - 1e-12)
-            & (c < cheapest - 1e-9)
-            & (p < self.clip_factor * tg.p95_cap_s)
-            & ~feas
-            & fresh
-        )
-        if cand.size == 0:
-            return None
-        v = tg.violation(q[cand], p[cand], c[cand])
-        return int(cand[np.lexsort((c[cand], v))[0]])
 
     def _log_cei_cost(
         self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
@@ -382,7 +306,7 @@ class MoboStrategy(Strategy):
             mc_samples=self.mc_samples,
             seed=self.seed,
         )
-        return np.where(pq >= floor - 1e-12, s, -np.inf)
+        return np.where(meets_floor(pq, floor), s, -np.inf)
 
     @staticmethod
     def _pool_tensor(pool: Pool) -> Tensor:
@@ -396,21 +320,10 @@ class MoboStrategy(Strategy):
         space = self.space
         return pointwise(lookup(known, lambda z: -space.decode(z).cost_per_hour))
 
-    def _centres(self, ok: Sequence[Trial], q: np.ndarray, p: np.ndarray, floor: float, kind: str) -> list[np.ndarray]:
-        """Incumbents to search around: the best plans meeting the floor, plus the front for EHVI."""
-        above = np.flatnonzero(q >= floor - 1e-12)
-        idx = list(above[np.argsort(p[above])][:3])
-        if kind == "ehvi" or not idx:
-            front = np.flatnonzero(pareto_mask(q, p) & (q >= floor - 1e-12))
-            idx += [int(i) for i in front[np.argsort(p[front])][:3] if i not in idx]
-        if not idx:  # nothing meets the floor yet: the highest-quality plans
-            idx = list(np.argsort(-q)[:3])
-        return [np.asarray(ok[int(i)].z, dtype=float) for i in idx]
-
     def _log_ei(self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:
         """LogEI of ``-log P95`` over the incumbent (:func:`acquisitions.log_ei`); plans below the floor -inf."""
         s = acquisitions.log_ei(lat, self._pool_tensor(pool), best=best, mc_samples=self.mc_samples, seed=self.seed)
-        return np.where(pq >= floor - 1e-12, s, -np.inf)
+        return np.where(meets_floor(pq, floor), s, -np.inf)
 
     # ---- the latency outcome: the GP, or a cheaper evaluator's figure plus the GP's residual ------------
     def _lat_models(self, gp: Model, pool: Pool, ok: Sequence[Trial]) -> list[Model]:
