@@ -30,7 +30,8 @@ Judges: one per (scenario, objective). The simulator's draws are the scenario's 
 for the tiers of requests without a profile prompt: :mod:`boute.optimize.evaluators.sim`), so every seed's
 run is judged alike. Until stop 44 those tiers were drawn with the run's seed and each seed judged
 long-prompt and the random scenario on its own draw; those runs are kept apart in
-``optimize_table_runs_sim35_seedjudge.jsonl`` and count for nothing here. Wall times are on the shared 2-core machine, whatever else
+``optimize_table_runs_sim35_seedjudge.jsonl`` and count for nothing here, except long-prompt's seed-0 runs,
+which stayed: its ``workload.seed`` is 0, so they searched and were judged on the draw the rule now uses. Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
 

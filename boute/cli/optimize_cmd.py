@@ -84,7 +84,11 @@ def register(app: typer.Typer) -> None:
             help="pre-route: 'ladder' (a difficulty score cut by thresholds) or 'multi' (each tier's predicted "
             "correctness, priced to the load fractions) (default: the scenario's quality.router_kind)",
         ),
-        seed: int = typer.Option(0, "--seed", help="random seed"),
+        seed: int = typer.Option(
+            0,
+            "--seed",
+            help="the search's seed (where it looks); the simulated traffic is the scenario's workload.seed",
+        ),
         db: str | None = TRACKING_DB,
         experiment: str | None = typer.Option(None, "--experiment", help="experiment name; an existing one resumes"),
         patience: int = typer.Option(

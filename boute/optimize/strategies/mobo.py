@@ -240,10 +240,10 @@ class MoboStrategy(Strategy):
         gp = self.latency_gp.fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1))
         t1 = time.perf_counter()
 
-        feas = self.space.scenario.goal.mask(q, p, c)
+        goal = self.space.scenario.goal
+        feas = goal.mask(q, p, c)
         kind = self._kind(step, bool(feas.any()))
         exhaustive, spent = 1, set[str]()
-        goal = self.space.scenario.goal
         if self.objective.name == "latency" or not feas.any():
             idx = floor_incumbents(q, p, floor, front=kind == "ehvi")
         else:
