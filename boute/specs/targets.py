@@ -13,6 +13,7 @@ once, so every caller here compares the same figure with the same floor.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -26,11 +27,17 @@ BUDGET_EPS = 1e-6
 QUALITY_SE_TOLERANCE = 2.0
 
 
-def meets_floor(quality: ArrayLike, floor: float) -> np.ndarray:
-    """``quality >= floor`` up to :data:`QUALITY_EPS`, elementwise: the floor half of the feasibility rule, for
-    the callers that hold a quality without the other two figures (the screen's routing repair, the
-    search's incumbents and acquisitions, the quality curves)."""
-    return np.asarray(quality, dtype=float) >= floor - QUALITY_EPS
+@overload
+def meets_floor(quality: float, floor: float) -> bool: ...
+@overload
+def meets_floor(quality: np.ndarray, floor: float) -> np.ndarray: ...
+def meets_floor(quality: float | np.ndarray, floor: float) -> bool | np.ndarray:
+    """``quality >= floor`` up to :data:`QUALITY_EPS` (elementwise on an array): the floor half of the
+    feasibility rule, for the callers that hold a quality without the other two figures (the screen's
+    routing repair, the search's incumbents and acquisitions, the quality curves). A float stays a float:
+    the screen's bisection calls this ~25 times per projected plan, and wrapping each scalar in an array
+    cost 0.7 us a call against 13 ns."""
+    return quality >= floor - QUALITY_EPS
 
 
 @dataclass(frozen=True)

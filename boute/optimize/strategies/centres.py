@@ -32,10 +32,11 @@ def floor_incumbents(q: np.ndarray, p: np.ndarray, floor: float, *, front: bool 
     """The lowest-P95 plans meeting the quality floor; with ``front`` (an EHVI step) or when none meets it,
     also the lowest-P95 plans of the (quality, P95) front that meet it; when still none, the highest-quality
     plans, so that the first steps climb towards the floor."""
-    above = np.flatnonzero(meets_floor(q, floor))
+    meets = meets_floor(q, floor)
+    above = np.flatnonzero(meets)
     idx = [int(i) for i in above[np.argsort(p[above])][:N_CENTRES]]
     if front or not idx:
-        on_front = np.flatnonzero(pareto_mask(q, p) & meets_floor(q, floor))
+        on_front = np.flatnonzero(pareto_mask(q, p) & meets)
         idx += [int(i) for i in on_front[np.argsort(p[on_front])][:N_CENTRES] if int(i) not in idx]
     if not idx:
         idx = [int(i) for i in np.argsort(-q)[:N_CENTRES]]

@@ -225,8 +225,8 @@ class MoboStrategy(Strategy):
         import torch
 
         torch.set_num_threads(self.threads)
-        tg = self.space.scenario.targets
-        floor, cap = tg.quality_floor, tg.p95_latency_s
+        goal = self.space.scenario.goal
+        floor, cap = goal.quality_floor, goal.p95_cap_s
         budget = self.space.budget
         step = sum(t.evaluated for t in trials) - self.n_init
         rng = np.random.default_rng([self.seed, len(trials), 11])
@@ -240,7 +240,6 @@ class MoboStrategy(Strategy):
         gp = self.latency_gp.fit(X, torch.tensor(y_fit, dtype=torch.double).unsqueeze(-1))
         t1 = time.perf_counter()
 
-        goal = self.space.scenario.goal
         feas = goal.mask(q, p, c)
         kind = self._kind(step, bool(feas.any()))
         exhaustive, spent = 1, set[str]()
