@@ -108,10 +108,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 if vals
                 else None,
             }
-        gaps = {s: v["gap_to_best_known"] for s, v in per.items() if v["median"] is not None}
+        meds = {s: v["median"] for s, v in per.items() if v["median"] is not None}
         rows[f"{sc}/{obj}/{budget:g}s"] = {
             "best_known": ref,
-            "winner": min(gaps, key=lambda s: gaps[s]) if gaps else None,
+            "winner": min(meds, key=lambda s: meds[s]) if meds else None,
             "seeds": max((len(v["values"]) for v in per.values()), default=0),
             "strategies": per,
         }
@@ -124,7 +124,7 @@ _NAMES = {"mobo": "MOBO (default)", "random": "random", "nsga2": "NSGA-II", "tpe
 
 def markdown(rows: dict[str, Any]) -> str:
     """The docs' table (docs/optimizer.md) from :func:`summarise`'s rows: each strategy's median and its gap to
-    the best known, the row's best gaps in bold, and how many MOBO runs came within 2% of the best known."""
+    the best known, the row's best medians in bold, and how many MOBO runs came within 2% of the best known."""
 
     def short(ref: str) -> str:
         return ref.removeprefix("builtin:").removeprefix("experiments/scenarios/").removesuffix(".yaml")
@@ -134,8 +134,8 @@ def markdown(rows: dict[str, Any]) -> str:
     for key, row in rows.items():
         ref, obj, budget = key.rsplit("/", 2)
         per, best = row["strategies"], row["best_known"]
-        gaps = [v["gap_to_best_known"] for v in per.values() if v["median"] is not None]
-        top = min(gaps) if gaps else None  # the best gap: the best median
+        meds = [v["median"] for v in per.values() if v["median"] is not None]
+        top = min(meds) if meds else None
         mobo_n = len(per["mobo"]["values"])
         fewer = [f"{_NAMES[s]} {len(per[s]['values'])}" for s in STRATEGIES[1:] if 0 < len(per[s]["values"]) != mobo_n]
         seeds = f"{budget.removesuffix('s')} s, {mobo_n}" + (f" ({', '.join(fewer)})" if fewer else "")
@@ -147,7 +147,7 @@ def markdown(rows: dict[str, Any]) -> str:
                 continue
             gap = v["gap_to_best_known"]
             txt = f"{v['median']:.4g}" + ("" if not gap else f" ({gap:+.1%})")
-            txt = f"**{txt}**" if gap == top else txt
+            txt = f"**{txt}**" if v["median"] == top else txt
             cells.append(txt + (f", {v['no_plan']} no plan" if v["no_plan"] else ""))
         near = per["mobo"]["within_2pct"]
         label = f"{short(ref)} / {obj} ({_UNITS[obj]})"
