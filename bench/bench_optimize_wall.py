@@ -25,27 +25,11 @@ def _value(r: Any, objective: str) -> float:
 
 
 def warm_up(sc: Any) -> None:
-    """An untimed 3 s random search of ``sc`` through the same pool of 2 workers: the first search of a
+    """An untimed 3 s random search of ``sc`` by :func:`search_once` (its result dropped): the first search of a
     scenario on a fresh checkout or cache otherwise pays, inside its budget, the disk caches (token counts,
     prompt embeddings) and the workers' first imports, which every later search gets for free (stop 44: the
     first 30 s run of a bench took 43 s and made 24 evaluations; re-run alone, 224)."""
-    from boute.optimize import session
-    from boute.optimize.registry import make_evaluator
-
-    fe = make_evaluator("fast", sc, seed=0)
-    se = make_evaluator("sim", sc, seed=0, quality_model=fe.quality_model)
-    session.optimize(
-        sc,
-        strategy="random",
-        evaluator=se,
-        prior=fe,
-        seed=0,
-        max_evals=100000,
-        patience=None,
-        batch=4,
-        workers=2,
-        time_budget_s=3.0,
-    )
+    search_once(sc, "random", "latency", 0, 3.0)
 
 
 def search_once(sc: Any, strategy: str, objective: str, seed: int, budget_s: float) -> dict[str, Any]:
