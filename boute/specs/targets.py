@@ -36,7 +36,7 @@ def meets_floor(quality: float | np.ndarray, floor: float) -> bool | np.ndarray:
     feasibility rule, for the callers that hold a quality without the other two figures (the screen's
     routing repair, the search's incumbents and acquisitions, the quality curves). A float stays a float:
     the screen's bisection calls this ~25 times per projected plan, and wrapping each scalar in an array
-    cost 0.7 us a call against 13 ns."""
+    cost 0.7 us a call against ~50 ns (`python -m timeit`, this machine: 53.7 ns)."""
     return quality >= floor - QUALITY_EPS
 
 
