@@ -275,3 +275,43 @@ def test_cost_search_spends_deployments_and_centres_on_the_nearest_miss(setup) -
     pool, scores = strat._bo_step(trials, ok)
     assert pool is not None and len(pool.z) == len(scores) > 0
     assert not {cd.deployment_key() for cd in pool.candidates} & spent
+
+
+class _NarrowScreen:
+    """A screen that admits only plans with ``x[0] > 0.93`` (7% of the box, as mtbench-f81's capacity screen
+    admits 8%): enough for TPE's 10 start-up points to miss it on some seeds."""
+
+    def __init__(self, sp: Space) -> None:
+        self.sp = sp
+
+    def admit(self, x: np.ndarray):
+        x = np.clip(np.asarray(x, dtype=float), 0.0, 1.0)
+        return x, self.sp.decode(x), None if x[0] > 0.93 else "capacity: outside the narrow region"
+
+
+def test_tpe_keeps_sampling_at_random_until_a_plan_passes_the_screens(setup) -> None:
+    """Stop 45's defect: TPE fitted to screened trials alone (all told the same outcome) asked near them
+    until the loop gave up after 1,000 screened in a row, with no evaluation. Seeds whose start-up misses the
+    admitted region must still reach it and evaluate."""
+    from boute.optimize.strategies.tpe import TPEStrategy
+
+    sp, ev = setup
+    scr = _NarrowScreen(sp)
+    missed = [s for s in range(12) if all(scr.admit(x)[2] for x in _tpe_startup(sp, s))]
+    assert missed, "no seed's start-up misses the region: the test would not exercise the rule"
+    for s in missed[:2]:
+        done = run_search(sp, ev, TPEStrategy(sp, seed=s), max_evals=6, batch=4, screen=scr)
+        assert sum(t.evaluated for t in done) == 6
+
+
+def _tpe_startup(sp: Space, seed: int) -> list[np.ndarray]:
+    """TPE's first 12 proposals (3 batches of 4) when every one is screened."""
+    from boute.optimize.strategies.tpe import TPEStrategy
+    from boute.optimize.trials import SCREENED, Trial
+
+    st, trials = TPEStrategy(sp, seed=seed), []
+    for _ in range(3):
+        for x in st.ask_batch(trials, 4):
+            cand = sp.decode(np.clip(x, 0, 1))
+            trials.append(Trial(len(trials), tuple(x), tuple(sp.encode(cand)), cand, None, SCREENED, "test"))
+    return [np.asarray(t.x) for t in trials]
