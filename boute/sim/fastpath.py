@@ -2,8 +2,9 @@
 
 Per replica group (see :mod:`boute.sim.capacity`): the capacity ``mu`` (req/s) at the KV-limited batch,
 and at the offered load the mean decode batch, step time ``step`` and prefill share ``phi`` (Little's law
-fixed point). The balancer loads replicas in proportion to capacity, so every replica of a tier runs at
-the tier's utilisation ``rho = lambda_tier / sum(mu)``.
+fixed point). The balancer is capacity-aware least-outstanding, as the gateway's and the simulator's are
+(:func:`boute.sim.load_curves.balance`): at light load slow replicas get less than their capacity share; a
+tier's utilisation is ``rho = lambda_tier / sum(mu)``.
 
 A request of output length O then takes ``A + tau * (O - 1)`` plus any wait for a KV slot, with
 ``tau = step / (1 - phi)`` (decode slowed by prefill stalls) and ``A`` its time to first token (half an
