@@ -104,7 +104,7 @@ class ScalarisedBO(MoboStrategy):
 
 def settings(ctx: Context) -> dict[str, Any]:
     return {
-        "seeds": ctx.pick(2, 1, 1),
+        "seeds": ctx.pick(5, 1, 1),
         "max_evals": ctx.pick(40, 20, 7),
         "random_evals": ctx.pick(400, 60, 10),
         "mobo_options": ctx.pick({}, {"n_init": 10}, {"n_init": 5, "pool_global": 64, "pool_local": 64}),
