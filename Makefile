@@ -32,11 +32,14 @@ export BOUTE_SGLANG_HOME := $(SGLANG_HOME)
 
 install: $(STAMP)
 
+# BoTorch's fused qLogNEHVI kernel is compiled here, once, with portable flags (~25 s), instead of by BoTorch
+# inside the first search with -march=native (boute/optimize/acquisition/fused_kernel.py says why).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m boute.optimize.acquisition.fused_kernel build
 	touch $(STAMP)
 
 ## Re-pin constraints.txt to what .venv holds (after installing a new version there and running the tests).

@@ -162,14 +162,18 @@ def register(app: typer.Typer) -> None:
                 )
 
         with progress:
-            run = make_plan(req, on_trial=progress.update, on_searched=searched)
+            run = make_plan(req, on_trial=progress.update, on_searched=searched, clock=progress.clock)
         _summary(run)
 
 
 class _Progress:
-    """Rich progress bar on stderr with the current best feasible plan."""
+    """Rich progress bar on stderr with the current best feasible plan and where the search's time has gone
+    so far (:mod:`boute.optimize.clock`: setup, propose, screen, evaluate, record)."""
 
     def __init__(self, total: int, quiet: bool, objective: str = "latency") -> None:
+        from boute.optimize.clock import SearchClock
+
+        self.clock = SearchClock()
         self.quiet = quiet
         self.total = total
         self.objective = objective
@@ -190,11 +194,12 @@ class _Progress:
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 TextColumn("{task.description}"),
+                TextColumn("[dim]{task.fields[phases]}"),
                 console=Console(stderr=True),
                 transient=True,
             )
             self._p.__enter__()
-            self._task = self._p.add_task("best: none feasible yet", total=self.total)
+            self._task = self._p.add_task("best: none feasible yet", total=self.total, phases="")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -226,7 +231,10 @@ class _Progress:
             desc = f"best P95: {self._best[0]:.3g} s (${self._best[1]:.2f}/h)"
         if self._screened:
             desc += f"; {self._screened} screened out"
-        self._p.update(self._task, completed=self._done, description=desc)
+        from boute.optimize.clock import breakdown
+
+        phases = breakdown(self.clock.seconds, detail=False)
+        self._p.update(self._task, completed=self._done, description=desc, phases=phases)
 
 
 def _summary(run: PlanRun) -> None:
@@ -257,6 +265,9 @@ def _summary(run: PlanRun) -> None:
             f"  {p.evaluator} (confirmed): quality {p.quality:.4f}, P95 {p.p95_latency_s:.3g} s, "
             f"{p.throughput_rps:.1f} req/s, meets targets: {p.feasible}"
         )
+    from boute.optimize.clock import breakdown
+
+    typer.echo(f"  time: {breakdown(out.phase_s, wall_s=run.wall_s)}")
     fr = ", ".join(f"{t}={f:.3f}" for t, f in zip(plan.routing.tiers, plan.routing.fractions or [], strict=False))
     typer.echo(f"  routing ({plan.routing.mode}): {fr}")
     for g in plan.deployment:

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from boute.errors import BouteError
+from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import EvalResult, Evaluator
 from boute.optimize.evaluators.pool import EvaluatorPool
 from boute.optimize.objectives import Objective
@@ -136,6 +137,7 @@ def run_search(
     batch: int = 1,
     pool: EvaluatorPool | None = None,
     deadline: float | None = None,
+    clock: SearchClock | None = None,
 ) -> list[Trial]:
     """Run until ``max_evals`` trials were evaluated, the chosen plan converged or ``deadline`` (a
     ``time.monotonic()`` instant) passed; ``trials`` resumes a run.
@@ -144,10 +146,13 @@ def run_search(
     passed to ``on_trial``) but not evaluated and not counted in ``max_evals``, ``patience`` or ``min_trials``.
     ``batch``: proposals asked at once (:meth:`Strategy.ask_batch`) and evaluated together, by ``pool``'s
     workers when it has them; a batch never runs past ``max_evals``. The deadline is checked between
-    batches, so a search overruns it by at most one batch.
+    batches, so a search overruns it by at most one batch. ``clock``: where the time goes, by phase
+    (:mod:`boute.optimize.clock`: propose, screen, evaluate, record).
     """
     done = list(trials)
+    clock = clock if clock is not None else SearchClock()
     strategy.bind(evaluator)  # e.g. MOBO takes the evaluator's exact quality function
+    strategy.use_clock(clock)  # e.g. MOBO splits its proposals' time into fit, pool and acquisition
     if screen is not None:
         strategy.use_screen(screen)  # e.g. MOBO screens its acquisition pool too
     runner = pool if pool is not None else EvaluatorPool(evaluator, space.scenario, 0, workers=1)
@@ -161,13 +166,15 @@ def run_search(
 
     def record(trial: Trial) -> None:
         if on_trial is not None:
-            on_trial(trial)  # persisted before it counts: a crash after this line loses nothing
+            with clock.timing("record"):
+                on_trial(trial)  # persisted before it counts: a crash after this line loses nothing
         done.append(trial)
 
     while evaluated < max_evals and not converged(tracker, targets, patience, min_trials):
         if deadline is not None and time.monotonic() >= deadline:
             break
-        xs = [np.asarray(x, dtype=float).reshape(-1) for x in strategy.ask_batch(done, max(1, batch))]
+        with clock.timing("propose"):
+            xs = [np.asarray(x, dtype=float).reshape(-1) for x in strategy.ask_batch(done, max(1, batch))]
         xs = xs[: max(1, min(len(xs), max_evals - evaluated))]
         points: list[tuple[np.ndarray, np.ndarray | None]] = []
         slots: list[Trial | None] = []  # screened trials in place, None where an evaluation goes
@@ -176,7 +183,8 @@ def run_search(
                 points.append((x, None))
                 slots.append(None)
                 continue
-            xp, cand, why = screen.admit(x)
+            with clock.timing("screen"):
+                xp, cand, why = screen.admit(x)
             if why is None:
                 points.append((xp, x))
                 slots.append(None)
@@ -185,7 +193,8 @@ def run_search(
                 xs_ = tuple(float(v) for v in np.clip(x, 0, 1))
                 slots.append(Trial(len(done) + j, xs_, z, cand, None, SCREENED, why))
         indices = [len(done) + j for j, s in enumerate(slots) if s is None]
-        results = iter(evaluate_batch(space, runner, points, 0, cache))
+        with clock.timing("evaluate"):
+            results = iter(evaluate_batch(space, runner, points, 0, cache))
         for slot in slots:
             if slot is not None:
                 record(slot)

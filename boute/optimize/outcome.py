@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import EvalResult
 from boute.optimize.objectives import Objective
 from boute.optimize.space import Space
@@ -34,6 +35,7 @@ class Outcome:
     objective: Objective = field(default_factory=Objective)
     screen: dict[str, dict[str, int]] | None = None  # ScreenCounts of the search's proposals and MOBO's pool
     confirm_closest: Trial | None = None  # when no confirmed plan meets the targets: the closest confirmed
+    clock: SearchClock = field(default_factory=SearchClock)  # where the time went, by phase (search + confirm)
 
     @property
     def evaluations(self) -> int:

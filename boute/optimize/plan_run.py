@@ -29,6 +29,7 @@ from boute.quality.policy import JUDGES
 from boute.quality.preroute import ROUTER_KINDS
 
 if TYPE_CHECKING:
+    from boute.optimize.clock import SearchClock
     from boute.optimize.evaluators.base import EvalResult
     from boute.optimize.outcome import Outcome
     from boute.optimize.trials import Trial
@@ -133,6 +134,7 @@ class RunSummary:
     confirm_searched: int  # of them, those by a search with the confirming evaluator
     screen: dict[str, dict[str, int]] | None  # ScreenCounts of the proposals and of MOBO's pool
     searched: EvalResult | None  # the written plan by the search's evaluator
+    phase_s: dict[str, float]  # where the time went: seconds per phase (boute.optimize.clock)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def summarise(res: Outcome) -> RunSummary:
         confirm_searched=sum(t.status == "confirm-search" for t in confirming),
         screen=res.screen,
         searched=res.final.result if res.final is not None else None,
+        phase_s=res.clock.snapshot(),
     )
 
 
@@ -172,9 +175,11 @@ def make_plan(
     *,
     on_trial: Callable[[Trial, list[Trial]], None] | None = None,
     on_searched: Callable[[Outcome], None] | None = None,
+    clock: SearchClock | None = None,
 ) -> PlanRun:
     """Search, confirm, write and record one plan (module doc). ``on_trial``: each finished trial (a progress
-    bar); ``on_searched``: the search's outcome before confirmation. Raises InfeasibleError, UnconfirmedError
+    bar); ``on_searched``: the search's outcome before confirmation; ``clock``: where the time goes, by phase,
+    for a caller that shows it live (the summary has it anyway). Raises InfeasibleError, UnconfirmedError
     or BouteError; a plan is written only once it is confirmed."""
     from boute.optimize import confirm as confirmation
     from boute.optimize import session
@@ -221,6 +226,7 @@ def make_plan(
             batch=req.batch,
             workers=default_workers() if req.workers is None else req.workers,
             time_budget_s=req.time_budget_s,
+            clock=clock,
         )
         searcher = ev
         ev.close()  # replicas of a live search are not needed to confirm or write the plan
@@ -236,7 +242,8 @@ def make_plan(
             ev = checker  # closed by the finally below, whatever happens while confirming
             # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
             prior = searcher if searching.fidelity == 0 else None
-            confirmation.confirm(res, checker, store=store, max_evals=req.max_confirm, seed=req.seed, prior=prior)
+            with res.clock.timing("confirm"):
+                confirmation.confirm(res, checker, store=store, max_evals=req.max_confirm, seed=req.seed, prior=prior)
             checker.close()
         elif req.confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
             res.confirmed[res.chosen.index] = res.chosen.result

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from boute.errors import InfeasibleError
+from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import EvalResult, Evaluator, candidate_plan
 from boute.optimize.evaluators.pool import EvaluatorPool
 from boute.optimize.loop import run_search
@@ -123,6 +124,7 @@ def optimize(
     workers: int = 1,
     time_budget_s: float | None = None,
     start: Sequence[Trial] = (),
+    clock: SearchClock | None = None,
 ) -> Outcome:
     """Search, record, choose. ``objective``/``prefer``: :mod:`boute.optimize.objectives`; ``screen``: project
     proposals onto the quality floor and drop plans over the capacity bound (:mod:`boute.optimize.screen`).
@@ -134,7 +136,11 @@ def optimize(
     ``time_budget_s``: stop asking new proposals after this many seconds of search.
     ``start``: trials of a related search valid in this space (the same scenario at another budget, say) that
     this one starts from when no stored trials resume it; they count towards ``max_evals`` like resumed ones.
+    ``clock``: where the search's time goes (:mod:`boute.optimize.clock`), read live by a progress bar; the
+    phases are kept on the outcome and recorded with the experiment (``phase_s``).
     """
+    clock = clock if clock is not None else SearchClock()
+    t_setup = time.perf_counter()
     deadline = None if time_budget_s is None else time.monotonic() + float(time_budget_s)
     obj = objective if isinstance(objective, Objective) else make_objective(objective, prefer)
     space = Space.build(scenario, gpus=gpus)
@@ -183,6 +189,7 @@ def optimize(
     # never converged inside the initial design, nor before a warm start's first evaluation of its own
     min_trials = max(strat.n_init, warm) + 1
     with EvaluatorPool(ev, scenario, seed, workers=workers) as pool:
+        clock.add("setup", time.perf_counter() - t_setup)
         done = run_search(
             space,
             ev,
@@ -197,17 +204,22 @@ def optimize(
             batch=batch,
             pool=pool,
             deadline=deadline,
+            clock=clock,
         )
     tg = space.scenario.goal
     chosen, closest = choose(done, tg, obj)
     front = pareto_front(done, obj, tg)
     _, q, p, c = figures(done)
     hv = hypervolume(q, p, tg) if obj.name == "latency" else hypervolume3(q, p, c, tg)
-    out = Outcome(space, done, chosen, closest, front, hv, resumed, exp_id, name, final=chosen, objective=obj)
+    out = Outcome(
+        space, done, chosen, closest, front, hv, resumed, exp_id, name, final=chosen, objective=obj, clock=clock
+    )
     out.screen = scr.summary() if scr is not None else None
     if store is not None:
         store.add_front(exp_id, ev.name, [front_point(t) for t in front], hv, len(done), axes=obj.axes)
-        extra = {"screen_counts": out.screen} if out.screen is not None else {}
+        extra: dict[str, Any] = {"phase_s": clock.snapshot()}
+        if out.screen is not None:
+            extra["screen_counts"] = out.screen
         store.set_status(exp_id, "complete" if chosen is not None else "infeasible", **extra)
     return out
 

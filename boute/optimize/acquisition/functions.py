@@ -116,6 +116,9 @@ def log_nehvi(
     from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
     from botorch.models.model import ModelList
 
+    from boute.optimize.acquisition.fused_kernel import use_prebuilt
+
+    use_prebuilt()  # BoTorch's fused kernel as make install built it, never compiled mid-search
     models = [quality, *lat] + ([neg_cost] if neg_cost is not None else [])
     model = ModelList(*models)
     n_lat = len(lat)

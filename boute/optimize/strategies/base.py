@@ -11,6 +11,8 @@ calls it on every strategy instead of probing for it:
   proposal.
 * :meth:`Strategy.bind`: the evaluator the search runs with (MOBO takes its exact quality model).
 * :meth:`Strategy.use_screen`: the screens the loop applies (MOBO screens its acquisition pool too).
+* :meth:`Strategy.use_clock`: the search's clock (:mod:`boute.optimize.clock`); a strategy with parts worth
+  timing (MOBO: fit, pool, acquisition) adds them as sub-phases of ``propose``.
 * :attr:`Strategy.n_init`: the initial design's size; the convergence test never stops a search inside it.
 """
 
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from boute.optimize.clock import SearchClock
     from boute.optimize.evaluators.base import Evaluator
     from boute.optimize.screen import Screen
     from boute.optimize.trials import Trial
@@ -47,3 +50,6 @@ class Strategy:
 
     def use_screen(self, screen: Screen) -> None:
         """The screens the loop applies to every proposal (called once, when it screens)."""
+
+    def use_clock(self, clock: SearchClock) -> None:
+        """The search's clock, to add this strategy's sub-phases of ``propose`` to (called once by the loop)."""

@@ -51,6 +51,7 @@ import numpy as np
 
 from boute.optimize.acquisition import functions as acquisitions
 from boute.optimize.acquisition.pool import Pool, build_pool
+from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import Evaluator
 from boute.optimize.objectives import Objective, front_layers
 from boute.optimize.screen import Screen
@@ -138,15 +139,18 @@ class MoboStrategy(Strategy):
             threads=threads,
         )
         self._gp_design: Strategy | None = None
-        self._gp_timings: list[dict[str, float]] | None = None
         self._design = SobolDesign(space.dim, seed, self.n_init)
         self._exact: ExactQuality | None = None
-        self.timings: list[dict[str, float]] = []  # per BO step: fit_s, pool_s, acq_s, kind
+        self.clock = SearchClock()  # the loop's, once it hands it over (use_clock)
 
     # ---- wiring ---------------------------------------------------------------------------------
     def use_screen(self, screen: Screen) -> None:
         """Screen the acquisition pool as the harness screens proposals (``run_search`` calls this)."""
         self.screen = screen
+
+    def use_clock(self, clock: SearchClock) -> None:
+        """Time each step's GP fit, pool (with its prior) and acquisition as sub-phases of ``propose``."""
+        self.clock = clock
 
     def bind(self, evaluator: Evaluator) -> None:
         """Take the exact quality function from the evaluator (``run_search`` calls this)."""
@@ -171,7 +175,8 @@ class MoboStrategy(Strategy):
                 fallback = GPMoboStrategy(
                     self.space, seed=self.seed, n_init=self.n_init, objective=self.objective, **self._fallback_opts
                 )
-                self._gp_design, self.timings = fallback, fallback.timings
+                fallback.use_clock(self.clock)
+                self._gp_design = fallback
             return self._gp_design.ask(trials)
         pool, scores = self._bo_step(trials, [t for t in trials if t.ok])
         if pool is None:
@@ -284,9 +289,9 @@ class MoboStrategy(Strategy):
             kind = "ehvi"
             base = front_layers(np.stack([-q, -y], axis=1), NEHVI_BASELINE)
             scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap)
-        self.timings.append(
-            {"fit_s": t1 - t0, "pool_s": t2 - t1, "acq_s": time.perf_counter() - t2, "kind": float(kind == "ei")}
-        )
+        self.clock.add("propose.fit", t1 - t0)
+        self.clock.add("propose.pool", t2 - t1)
+        self.clock.add("propose.acquisition", time.perf_counter() - t2)
         return pool, np.asarray(scores, dtype=float)
 
     def _log_cei_cost(

@@ -1,0 +1,81 @@
+"""Where a plan's wall time goes: seconds by phase, for the progress bar, the run's summary and the tracking DB.
+
+Why: a search is bounded by its slowest part, and which part that is depends on the scenario and the machine.
+On a quiet 2-core machine the simulator is cheap and MOBO's own step (its GP fit, the candidate pool, the
+acquisition) bounds it; on a fleet of 480 GPUs each simulation takes seconds and the pool of workers does.
+Without the split a user sees only that a search is slow; with it they see whether ``--workers``,
+``--batch``, ``--time-budget`` or the strategy is the lever.
+
+The phases of one plan, in order (top level, their sum plus ``other`` is the plan's wall time):
+
+* ``setup``: the space, the screens, the worker pool's start, resuming from the tracking DB;
+* ``propose``: the strategy's ``ask_batch``; a model-based strategy splits it into sub-phases
+  (``propose.fit``, ``propose.pool``, ``propose.acquisition``);
+* ``screen``: the quality projection and capacity bound on each proposal;
+* ``evaluate``: the batch's evaluations by the worker pool, waiting on its slowest worker included;
+* ``record``: each trial into the tracking DB and the caller's callback (the progress bar);
+* ``confirm``: the more faithful evaluator's re-checks and its continued search.
+
+The clock is a meter at the edge, written by the loop and read by whoever shows it; nothing a search
+decides depends on it, so proposals stay a pure function of the trials (resuming stays exact).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+#: the top-level phases in the order a plan goes through them (module doc)
+PHASES = ("setup", "propose", "screen", "evaluate", "record", "confirm")
+
+
+@dataclass
+class SearchClock:
+    """Seconds spent per phase (``"propose"``) and sub-phase (``"propose.fit"``), summed over the run."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + max(0.0, float(seconds))
+
+    @contextmanager
+    def timing(self, phase: str) -> Iterator[None]:
+        """Time the block as ``phase`` (added when it ends, however it ends)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(phase, time.perf_counter() - t0)
+
+    def snapshot(self) -> dict[str, float]:
+        """The seconds so far, rounded to ms, phases in :data:`PHASES` order (then any other), each phase's
+        sub-phases in the order they were first timed."""
+        return {k: round(v, 3) for k, v in sorted(self.seconds.items(), key=lambda kv: _order(kv[0]))}
+
+
+def _order(name: str) -> int:
+    top = name.split(".", 1)[0]
+    return PHASES.index(top) if top in PHASES else len(PHASES)  # (sorted() is stable: ties keep their order)
+
+
+def breakdown(seconds: Mapping[str, float], *, wall_s: float | None = None, detail: bool = True) -> str:
+    """``seconds`` as one line: ``"setup 1.2 s, propose 12.1 s (fit 4.0, pool 5.1, acquisition 2.8), ..."``.
+
+    Phases in :data:`PHASES` order, zero phases left out; ``detail``: each phase's sub-phases in brackets;
+    ``wall_s``: the run's wall time, whose part outside every phase (writing the plan, imports) is shown
+    as ``other``."""
+    tops = sorted((k for k in seconds if "." not in k), key=_order)
+    parts: list[str] = []
+    for top in tops:
+        if seconds[top] < 0.05:
+            continue
+        subs = [(k.split(".", 1)[1], v) for k, v in seconds.items() if k.startswith(top + ".") and v >= 0.05]
+        inner = f" ({', '.join(f'{name} {v:.1f}' for name, v in subs)})" if detail and subs else ""
+        parts.append(f"{top} {seconds[top]:.1f} s{inner}")
+    if wall_s is not None:
+        rest = wall_s - sum(seconds[k] for k in tops)
+        if rest >= 0.05:
+            parts.append(f"other {rest:.1f} s")
+    return ", ".join(parts) if parts else "nothing timed yet"
