@@ -49,6 +49,7 @@ def _run(scenario: str, out: Path, **options: Any) -> dict[str, Any]:
         "cost_per_hour": round(pred.cost_per_hour, 2),
         "quality": round(pred.quality, 4),
         "load_avg": round(os.getloadavg()[0], 2),
+        "phase_s": {k: round(v, 1) for k, v in run.summary.phase_s.items()},  # where the time went
     }
 
 
