@@ -44,7 +44,9 @@ def check_loopback() -> None:
         )
 
 
-def init_local_cluster(resources: Mapping[str, float], *, loopback: bool, namespace: str = "boute") -> None:
+def init_local_cluster(
+    resources: Mapping[str, float], *, loopback: bool, namespace: str = "boute", num_cpus: int = 1
+) -> None:
     """``ray.init`` a new one-node cluster whose custom ``resources`` stand in for GPU types; on loopback only
     when ``loopback`` (checked after start-up). Always a new one (``address="local"``): without an address
     Ray joins the latest cluster started on the machine (``/tmp/ray/ray_current_cluster``, e.g. a test's)."""
@@ -55,7 +57,7 @@ def init_local_cluster(resources: Mapping[str, float], *, loopback: bool, namesp
     extra = {"_node_ip_address": LOOPBACK} if loopback else {}
     ray.init(
         address="local",
-        num_cpus=1,
+        num_cpus=num_cpus,
         resources=dict(resources),
         include_dashboard=False,
         namespace=namespace,

@@ -66,7 +66,17 @@ def register(app: typer.Typer) -> None:
         ),
         batch: int = typer.Option(4, "--batch", min=1, help="proposals per search step, evaluated together"),
         workers: int | None = typer.Option(
-            None, "--workers", min=1, help="processes evaluating a batch (default: the cores this process may use)"
+            None,
+            "--workers",
+            min=1,
+            help="processes evaluating a batch (default: the cores this process may use; with --ray-address, "
+            "the cluster's CPUs)",
+        ),
+        ray_address: str | None = typer.Option(
+            None,
+            "--ray-address",
+            help="evaluate batches on this Ray cluster's actors (auto, HOST:PORT or ray://HOST:10001; every node "
+            "needs BOute installed); raise --batch with its size",
         ),
         time_budget: float | None = typer.Option(
             None, "--time-budget", min=1.0, help="stop searching after this many seconds (the plan is still confirmed)"
@@ -138,6 +148,7 @@ def register(app: typer.Typer) -> None:
             evaluator=evaluator,
             batch=batch,
             workers=workers,
+            ray_address=ray_address,
             time_budget_s=time_budget,
             mode=mode,
             seed=seed,

@@ -63,7 +63,8 @@ class PlanRequest:
     strategy: str = "mobo"
     evaluator: str = "sim"
     batch: int = 4
-    workers: int | None = None  # None: the cores this process may use
+    workers: int | None = None  # None: the cores this process may use (with ray_address: the cluster's CPUs)
+    ray_address: str | None = None  # evaluate on this Ray cluster's actors instead of local processes
     time_budget_s: float | None = None
     mode: str = "preroute"
     seed: int = 0
@@ -88,6 +89,14 @@ class PlanRequest:
                 )
         EVALUATORS.get(self.evaluator)
         EVALUATORS.get(self.confirm_with, "--confirm-with")
+        if self.ray_address is not None:
+            from boute.optimize.evaluators.pool import POOLABLE
+
+            if self.evaluator not in POOLABLE:
+                raise BouteError(
+                    f"--ray-address: the {self.evaluator} evaluator runs in this process; "
+                    f"only {', '.join(sorted(POOLABLE))} evaluations go to a Ray cluster"
+                )
         if self.mode not in ("preroute", "cascade"):
             raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: preroute, cascade)")
         if self.judge is not None and self.judge not in JUDGES:
@@ -224,7 +233,8 @@ def make_plan(
             screen=req.screen,
             prior=fast,
             batch=req.batch,
-            workers=default_workers() if req.workers is None else req.workers,
+            workers=req.workers if req.ray_address is not None or req.workers is not None else default_workers(),
+            ray_address=req.ray_address,
             time_budget_s=req.time_budget_s,
             clock=clock,
         )

@@ -21,6 +21,7 @@ from boute.errors import InfeasibleError
 from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import EvalResult, Evaluator, candidate_plan
 from boute.optimize.evaluators.pool import EvaluatorPool
+from boute.optimize.evaluators.ray_pool import RayEvaluatorPool
 from boute.optimize.loop import run_search
 from boute.optimize.objectives import Objective, make_objective
 from boute.optimize.outcome import Outcome
@@ -121,7 +122,8 @@ def optimize(
     screen: bool = True,
     prior: Evaluator | None = None,
     batch: int = 1,
-    workers: int = 1,
+    workers: int | None = 1,
+    ray_address: str | None = None,
     time_budget_s: float | None = None,
     start: Sequence[Trial] = (),
     clock: SearchClock | None = None,
@@ -132,7 +134,8 @@ def optimize(
     ``prior``: a cheaper evaluator (the fast path) whose P95 MOBO's GP corrects: the search evaluator (the
     simulator) is the objective and the GP models only its discrepancy from the prior, plan by plan.
     ``batch``/``workers``: proposals per step and the processes evaluating them
-    (:mod:`boute.optimize.evaluators.pool`);
+    (:mod:`boute.optimize.evaluators.pool`; None: one per core); ``ray_address``: evaluate on that Ray
+    cluster's actors instead (:mod:`boute.optimize.evaluators.ray_pool`; ``workers`` None: one per CPU);
     ``time_budget_s``: stop asking new proposals after this many seconds of search.
     ``start``: trials of a related search valid in this space (the same scenario at another budget, say) that
     this one starts from when no stored trials resume it; they count towards ``max_evals`` like resumed ones.
@@ -188,7 +191,12 @@ def optimize(
 
     # never converged inside the initial design, nor before a warm start's first evaluation of its own
     min_trials = max(strat.n_init, warm) + 1
-    with EvaluatorPool(ev, scenario, seed, workers=workers) as pool:
+    runner = (
+        EvaluatorPool(ev, scenario, seed, workers=workers)
+        if ray_address is None
+        else RayEvaluatorPool(ev, scenario, seed, address=ray_address, workers=workers)
+    )
+    with runner as pool:
         clock.add("setup", time.perf_counter() - t_setup)
         done = run_search(
             space,

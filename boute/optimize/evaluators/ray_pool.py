@@ -1,0 +1,124 @@
+"""Evaluations in parallel on a Ray cluster: :class:`EvaluatorPool`'s contract with Ray actors as its workers.
+
+Why: on one machine a search gets as many parallel simulations as it has cores; a user with a Ray cluster
+(the one ``boute deploy --target ray`` runs on, or any other) can spread a batch over its nodes instead.
+Each actor builds its evaluator once, as a pool process does (:func:`~boute.optimize.evaluators.pool.rebuilt`
+scenario, same name, mode and seed), so a batch costs only the candidates' transfer; results come back in
+the order asked (:class:`ray.util.ActorPool`'s ordered ``map``, which hands each candidate to the next free
+actor), so the trials, and resuming, do not depend on which node finished first: a search on Ray records
+the trials a local one would. Every node needs BOute installed (the same version) to import the evaluator.
+
+One actor per CPU of the cluster, or ``workers`` of them, never more than the cluster has CPUs (an actor
+that cannot be placed would wait for ever). ``--batch`` says how many evaluations run at once: raise it
+with the cluster's size. Evaluators that own external state (``live``) are evaluated in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from boute.errors import BouteError, WorkerError
+from boute.optimize.evaluators.base import EvalResult, Evaluator
+from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, portable, rebuilt
+from boute.optimize.registry import make_evaluator
+from boute.optimize.space import Candidate
+from boute.specs import Scenario
+
+#: seconds to wait for a cluster's port to accept a connection before saying that nothing answers there
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """A one-line BouteError when ``HOST:PORT`` (or ``ray://HOST:PORT``) accepts no connection.
+
+    Why before ``ray.init``: Ray retries a GCS address that does not answer for minutes before it fails, so a
+    mistyped address would look like a hung search. ``auto`` and ``local`` are left to Ray, which answers
+    them at once."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise BouteError(f"--ray-address: no Ray cluster answers at {address!r} ({exc})") from None
+
+
+class EvaluatorActor:
+    """One worker: the search's evaluator, rebuilt once on its node (made a Ray actor by the pool)."""
+
+    def __init__(self, name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str, seed: int) -> None:
+        os.environ["OMP_NUM_THREADS"] = "1"  # one core per actor, as each pool process (pool.py says why)
+        self.evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
+
+    def evaluate(self, cand: Candidate) -> EvalResult | BouteError:
+        try:
+            return self.evaluator(cand)
+        except BouteError as exc:  # a plan the evaluator cannot run: a failed trial, not a dead actor
+            return exc
+
+
+class RayEvaluatorPool(EvaluatorPool):
+    """``map(candidates)`` on actors of the Ray cluster at ``address`` (module doc); ``address`` None: the
+    cluster this process is already connected to (``ray.init`` called by the caller)."""
+
+    def __init__(
+        self, evaluator: Evaluator, scenario: Scenario, seed: int, *, address: str | None, workers: int | None = None
+    ) -> None:
+        super().__init__(evaluator, scenario, seed, workers=1)  # self.workers: the actors, counted at start()
+        self.requested = workers
+        self.address = address
+        self._handles: list[Any] = []
+        self._actors: Any = None  # a ray.util.ActorPool over the handles
+        self._connected_here = False
+
+    def start(self) -> list[Any]:
+        """Connect (when not connected yet) and create the actors, without waiting for them to be built."""
+        if self.evaluator.name not in POOLABLE or self._actors is not None:
+            return []
+        import ray
+        from ray.util import ActorPool
+
+        if not ray.is_initialized():
+            if self.address is not None:
+                check_reachable(self.address)
+            try:
+                ray.init(address=self.address, namespace="boute", log_to_driver=False)
+            except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's reasons vary by version
+                raise BouteError(f"--ray-address: no Ray cluster answers at {self.address!r} ({exc})") from None
+            self._connected_here = True
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.workers = min(cpus, self.requested) if self.requested is not None else cpus
+        actor = ray.remote(num_cpus=1)(EvaluatorActor)
+        spec = (self.evaluator.name, portable(self._scenario), self.evaluator.mode, self._seed)
+        self._handles = [actor.remote(*spec) for _ in range(self.workers)]
+        self._actors = ActorPool(self._handles)
+        return []
+
+    def map(self, cands: Sequence[Candidate]) -> list[EvalResult | BouteError]:
+        if self.evaluator.name not in POOLABLE or len(cands) <= 1:
+            return super().map(cands)  # in this process, as the local pool does
+        import ray
+
+        self.start()
+        try:
+            return list(self._actors.map(lambda a, c: a.evaluate.remote(c), list(cands)))
+        except ray.exceptions.RayError as exc:  # an actor or its node died, or its evaluator failed to build
+            self.close()
+            raise WorkerError(f"a Ray evaluator actor failed ({type(exc).__name__}: {exc})") from exc
+
+    def close(self) -> None:
+        """Kill the actors, and disconnect when this pool connected (idempotent)."""
+        if self._handles:
+            import ray
+
+            for a in self._handles:
+                ray.kill(a)
+        self._handles, self._actors = [], None
+        if self._connected_here:
+            import ray
+
+            ray.shutdown()
+            self._connected_here = False
