@@ -234,8 +234,12 @@ class Space:
         reps = self._repair(fr, cfg, reps)
         return self._candidate(fr, cfg, reps)
 
-    def _tier_reps(self, reps: list[int], tier: int) -> int:
-        return sum(r for p, r in zip(self.pairs, reps, strict=True) if p.tier == tier)
+    def _per_tier(self, reps: list[int]) -> list[int]:
+        """Replicas per tier (all of the scenario's tiers, by index)."""
+        out = [0] * len(self.scenario.tiers)
+        for p, r in zip(self.pairs, reps, strict=True):
+            out[p.tier] += r
+        return out
 
     def _cost(self, cfg: list[Config], reps: list[int]) -> float:
         """$/h of ``reps`` replicas per pair at configs ``cfg``: sum of replicas x GPUs per replica x price."""
@@ -251,14 +255,17 @@ class Space:
                 reps[i] -= 1
         # (2) budget: drop the most expensive group's replicas, sparing each tier's last one while possible
         while self._cost(cfg, reps) > self.budget + 1e-9:
+            # summed once a round, not once per live group: a point of a 480-GPU box takes hundreds of rounds
+            # (fleet-8x60: 4.1 -> 1.5 ms a decode, the same plan for each of 40,000 random points of 5 scenarios)
+            per_tier = self._per_tier(reps)
             live = [i for i in range(len(pairs)) if reps[i] > 0]
-            spare = [i for i in live if self._tier_reps(reps, pairs[i].tier) > 1]
+            spare = [i for i in live if per_tier[pairs[i].tier] > 1]
             pool = spare or live
             i = max(pool, key=lambda i: (reps[i] * cfg[i].gpus * pairs[i].price, -i))
             reps[i] -= 1
         # (3) every tier with load needs a replica: add the cheapest one that fits the remaining limits
         for ti in self.active_tiers:
-            if fr[ti] <= 0 or self._tier_reps(reps, ti) > 0:
+            if fr[ti] <= 0 or self._per_tier(reps)[ti] > 0:
                 continue
             left = self.budget - self._cost(cfg, reps)
             best: tuple[float, int, Config] | None = None
