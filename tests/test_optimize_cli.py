@@ -189,7 +189,8 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
     assert res.returncode == 0, res.stderr
     # where the time went, by phase: the search's, then the simulator's confirmation (boute.optimize.clock)
     shown_time = next(line for line in res.stdout.splitlines() if line.strip().startswith("time:"))
-    assert all(f" {p} " in shown_time for p in ("setup", "evaluate", "confirm")), shown_time  # NSGA-II proposes in ms
+    # (a phase under 0.05 s is left out of the line: set-up and NSGA-II's proposals take milliseconds)
+    assert all(f" {p} " in shown_time for p in ("evaluate", "confirm")), shown_time
     plan = json.loads((tmp_path / "plan.json").read_text())
     pred = plan["predicted"]
     assert pred["evaluator"] == "sim"  # confirmed by the event simulator
@@ -223,7 +224,7 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
     assert (shown["trials"], shown["failed"], shown["confirmed"]) == (n, 0, len(confirming))
     assert shown["screened"]["trials"] == len(screened) and shown["front"]["axes"] == ["quality", "p95_latency_s"]
     phases = shown["settings"]["phase_s"]  # the search's phases, recorded with the experiment
-    assert phases["propose"] > 0 and phases["evaluate"] > 0 and phases["setup"] > 0
+    assert phases["evaluate"] > 0 and {"setup", "propose", "record"} <= set(phases)
     csv = tmp_path / "t.csv"
     assert run_cli(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
     assert len(csv.read_text().strip().splitlines()) == n + 1

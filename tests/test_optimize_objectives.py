@@ -187,7 +187,7 @@ def test_mobo_cost_proposals_are_new_canonical_plans_that_pass_the_screens(scena
     strat = MoboStrategy(sp, seed=0, n_init=6, objective="cost", pool_global=64, pool_local=96)
     trials = run_search(sp, ev, strat, max_evals=12, objective=Objective("cost"), screen=scr)
     evaluated = [t for t in trials if t.evaluated]
-    assert len(evaluated) == 12 and len(strat.timings) == 6  # 6 Sobol points, then 6 BO steps
+    assert len(evaluated) == 12 and len(strat.steps) == 6  # 6 Sobol points, then 6 BO steps
     bo = evaluated[6:]
     for t in bo:  # BO proposals come from the screened pool: canonical, new, above the floor, not overloaded
         assert np.allclose(sp.encode(sp.decode(np.array(t.x))), t.x)

@@ -142,6 +142,7 @@ class MoboStrategy(Strategy):
         self._design = SobolDesign(space.dim, seed, self.n_init)
         self._exact: ExactQuality | None = None
         self.clock = SearchClock()  # the loop's, once it hands it over (use_clock)
+        self.steps: list[str] = []  # the acquisition of each BO step (ei | ehvi | cost | pareto), in order
 
     # ---- wiring ---------------------------------------------------------------------------------
     def use_screen(self, screen: Screen) -> None:
@@ -176,7 +177,7 @@ class MoboStrategy(Strategy):
                     self.space, seed=self.seed, n_init=self.n_init, objective=self.objective, **self._fallback_opts
                 )
                 fallback.use_clock(self.clock)
-                self._gp_design = fallback
+                self._gp_design, self.steps = fallback, fallback.steps
             return self._gp_design.ask(trials)
         pool, scores = self._bo_step(trials, [t for t in trials if t.ok])
         if pool is None:
@@ -292,6 +293,7 @@ class MoboStrategy(Strategy):
         self.clock.add("propose.fit", t1 - t0)
         self.clock.add("propose.pool", t2 - t1)
         self.clock.add("propose.acquisition", time.perf_counter() - t2)
+        self.steps.append(kind)
         return pool, np.asarray(scores, dtype=float)
 
     def _log_cei_cost(

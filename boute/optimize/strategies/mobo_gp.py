@@ -66,6 +66,7 @@ class GPMoboStrategy(Strategy):
         self.acq_optimizer = acq_optimizer
         self.threads = threads
         self.clock = SearchClock()  # the loop's, once it hands it over (use_clock)
+        self.steps: list[str] = []  # one entry per BO step (its acquisition: qLogNEHVI)
         self._design = SobolDesign(space.dim, seed, self.n_init)
         self.gps = OutcomeGPs(space, refit_every)
 
@@ -161,4 +162,5 @@ class GPMoboStrategy(Strategy):
             )
         self.clock.add("propose.fit", t1 - t0)
         self.clock.add("propose.acquisition", time.perf_counter() - t1)
+        self.steps.append("nehvi")
         return cand.detach().cpu().numpy().reshape(-1)
