@@ -370,3 +370,31 @@ def test_models_match_the_migrated_schema(db_url: str) -> None:
     finally:
         store.close()
     assert diff == [], diff
+
+
+def test_a_sqlite_store_writes_ahead_and_a_trial_committed_in_one_process_is_read_in_another(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """WAL with synchronous=NORMAL (store.py says why): each commit is in the log before it returns, so
+    another process (``boute experiments``, a resumed search) reads it at once."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    store = open_store(sqlite_url)
+    try:
+        with store.engine.connect() as c:
+            assert c.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert c.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+        exp, _ = store.open_experiment("w", scenario="s", strategy="random", evaluator="x", seed=0, settings={})
+        row = {"index": 0, "status": "complete", "evaluator": "x", "params": {"x": [0.5]}, "metrics": {}, "wall_s": 0.0}
+        store.add_trial(exp.id, row)
+        db = tmp_path / "track.db"
+        code = (
+            f"import sqlite3; print(sqlite3.connect({str(db)!r}).execute('SELECT count(*) FROM trials').fetchone()[0])"
+        )
+        got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert got.stdout.strip() == "1"  # committed, and visible to another process while this one holds it open
+        assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # kept in the file
+    finally:
+        store.close()

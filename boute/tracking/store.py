@@ -327,6 +327,12 @@ def open_store(url: str | None = None) -> Store:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA foreign_keys=ON")
                 cur.execute("PRAGMA busy_timeout=10000")
+                # write-ahead log, synced at checkpoints: a committed trial survives the process being killed
+                # (what resuming needs); only an OS crash can lose the last ones. The default (a rollback
+                # journal synced at every commit) spent 4.8-6.8 s of a 12-28 s fast-path search writing its
+                # 2,000 trials, one transaction each (bench optimize_scale, "record")
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
                 cur.close()
 
         migrate(engine)
