@@ -193,7 +193,6 @@ def make_plan(
     from boute.optimize import confirm as confirmation
     from boute.optimize import session
     from boute.optimize.evaluators.base import llm_judge_of, router_files_of, router_of, scorer_of, verifier_of
-    from boute.optimize.evaluators.pool import default_workers
     from boute.optimize.registry import make_evaluator
     from boute.quality import quality_model_for
     from boute.quality.judges import verifier_files
@@ -233,7 +232,7 @@ def make_plan(
             screen=req.screen,
             prior=fast,
             batch=req.batch,
-            workers=req.workers if req.ray_address is not None or req.workers is not None else default_workers(),
+            workers=req.workers,  # None: one per core (EvaluatorPool), or per CPU of the Ray cluster
             ray_address=req.ray_address,
             time_budget_s=req.time_budget_s,
             clock=clock,

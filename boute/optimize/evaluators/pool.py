@@ -74,12 +74,18 @@ def _init(name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str
     _worker_evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
 
 
+def attempt(evaluator: Evaluator, cand: Candidate) -> EvalResult | BouteError:
+    """``evaluator(cand)``, or the BouteError it raised: a plan the evaluator cannot run is a failed trial,
+    not a dead worker (what every pool's workers return)."""
+    try:
+        return evaluator(cand)
+    except BouteError as exc:
+        return exc
+
+
 def _evaluate(cand: Candidate) -> EvalResult | BouteError:
     assert _worker_evaluator is not None
-    try:
-        return _worker_evaluator(cand)
-    except BouteError as exc:  # a plan the evaluator cannot run: a failed trial, not a dead pool
-        return exc
+    return attempt(_worker_evaluator, cand)
 
 
 def _ready() -> bool:
@@ -133,13 +139,7 @@ class EvaluatorPool:
 
     def map(self, cands: Sequence[Candidate]) -> list[EvalResult | BouteError]:
         if self.workers <= 1 or len(cands) <= 1:
-            out: list[EvalResult | BouteError] = []
-            for c in cands:
-                try:
-                    out.append(self.evaluator(c))
-                except BouteError as exc:
-                    out.append(exc)
-            return out
+            return [attempt(self.evaluator, c) for c in cands]
         try:
             return list(self._executor().map(_evaluate, cands))
         except BrokenProcessPool as exc:  # a worker died or its initialiser raised (its reason is on stderr)

@@ -22,7 +22,7 @@ from typing import Any
 
 from boute.errors import BouteError, WorkerError
 from boute.optimize.evaluators.base import EvalResult, Evaluator
-from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, portable, rebuilt
+from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, attempt, portable, rebuilt
 from boute.optimize.registry import make_evaluator
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
@@ -54,15 +54,13 @@ class EvaluatorActor:
         self.evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
 
     def evaluate(self, cand: Candidate) -> EvalResult | BouteError:
-        try:
-            return self.evaluator(cand)
-        except BouteError as exc:  # a plan the evaluator cannot run: a failed trial, not a dead actor
-            return exc
+        return attempt(self.evaluator, cand)
 
 
 class RayEvaluatorPool(EvaluatorPool):
-    """``map(candidates)`` on actors of the Ray cluster at ``address`` (module doc); ``address`` None: the
-    cluster this process is already connected to (``ray.init`` called by the caller)."""
+    """``map(candidates)`` on actors of the Ray cluster at ``address`` (module doc). A process already
+    connected to a cluster (its own ``ray.init``) uses that one whatever ``address`` says; ``address`` None
+    in a process not connected yet starts a local cluster, as ``ray.init()`` does."""
 
     def __init__(
         self, evaluator: Evaluator, scenario: Scenario, seed: int, *, address: str | None, workers: int | None = None
