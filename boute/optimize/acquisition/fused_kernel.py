@@ -13,7 +13,7 @@ So BOute takes the first branch and removes the second: ``make install`` compile
 portable flags (:data:`FLAGS`) into the virtual environment as ``logei_fused_ext`` (:func:`build`), and
 :func:`use_prebuilt`, called before any such acquisition is built, loads that module or else settles BoTorch
 on its pure-PyTorch path, which computes the same values (``tests/test_fused_kernel.py`` checks both).
-Scoring a pool of 800 plans with 128 MC samples: 0.66-0.78 s with this build, 0.57-0.85 s with BoTorch's
+Scoring a pool of 800 plans with 128 MC samples: 0.66-0.78 s with this build, 0.57-0.86 s with BoTorch's
 native one, 1.4-1.7 s on the pure path.
 """
 
