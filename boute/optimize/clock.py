@@ -60,22 +60,28 @@ def _order(name: str) -> int:
     return PHASES.index(top) if top in PHASES else len(PHASES)  # (sorted() is stable: ties keep their order)
 
 
+def top_level(seconds: Mapping[str, float]) -> dict[str, float]:
+    """The phases of ``seconds`` without their sub-phases (``"propose"``, not ``"propose.fit"``), in
+    :data:`PHASES` order: disjoint, so they add up to the time the clock saw."""
+    return {k: seconds[k] for k in sorted((k for k in seconds if "." not in k), key=_order)}
+
+
 def breakdown(seconds: Mapping[str, float], *, wall_s: float | None = None, detail: bool = True) -> str:
     """``seconds`` as one line: ``"setup 1.2 s, propose 12.1 s (fit 4.0, pool 5.1, acquisition 2.8), ..."``.
 
     Phases in :data:`PHASES` order, zero phases left out; ``detail``: each phase's sub-phases in brackets;
     ``wall_s``: the run's wall time, whose part outside every phase (writing the plan, imports) is shown
     as ``other``."""
-    tops = sorted((k for k in seconds if "." not in k), key=_order)
+    tops = top_level(seconds)
     parts: list[str] = []
     for top in tops:
-        if seconds[top] < 0.05:
+        if tops[top] < 0.05:
             continue
         subs = [(k.split(".", 1)[1], v) for k, v in seconds.items() if k.startswith(top + ".") and v >= 0.05]
         inner = f" ({', '.join(f'{name} {v:.1f}' for name, v in subs)})" if detail and subs else ""
-        parts.append(f"{top} {seconds[top]:.1f} s{inner}")
+        parts.append(f"{top} {tops[top]:.1f} s{inner}")
     if wall_s is not None:
-        rest = wall_s - sum(seconds[k] for k in tops)
+        rest = wall_s - sum(tops.values())
         if rest >= 0.05:
             parts.append(f"other {rest:.1f} s")
     return ", ".join(parts) if parts else "nothing timed yet"

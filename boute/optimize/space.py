@@ -256,7 +256,7 @@ class Space:
         # (2) budget: drop the most expensive group's replicas, sparing each tier's last one while possible
         while self._cost(cfg, reps) > self.budget + 1e-9:
             # summed once a round, not once per live group: a point of a 480-GPU box takes hundreds of rounds
-            # (fleet-8x60: 4.1 -> 1.5 ms a decode, the same plan for each of 40,000 random points of 5 scenarios)
+            # (fleet-8x60: 4.1 -> 1.4-1.5 ms a decode, the same plan for each of 40,000 random points of 5 scenarios)
             per_tier = self._per_tier(reps)
             live = [i for i in range(len(pairs)) if reps[i] > 0]
             spare = [i for i in live if per_tier[pairs[i].tier] > 1]

@@ -150,8 +150,11 @@ class MoboStrategy(Strategy):
         self.screen = screen
 
     def use_clock(self, clock: SearchClock) -> None:
-        """Time each step's GP fit, pool (with its prior) and acquisition as sub-phases of ``propose``."""
+        """Time each step's GP fit, pool (with its prior) and acquisition as sub-phases of ``propose`` (the GP
+        design's too, when it answers instead)."""
         self.clock = clock
+        if self._gp_design is not None:
+            self._gp_design.use_clock(clock)
 
     def bind(self, evaluator: Evaluator) -> None:
         """Take the exact quality function from the evaluator (``run_search`` calls this)."""
