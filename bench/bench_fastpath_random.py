@@ -1,6 +1,6 @@
 """Truth of the fast path on shapes nobody picked (issue 27): fast vs simulated P95 on random scenarios.
 
-Each seed draws a scenario (:func:`boute.scenarios.random.draw_scenario`: GPU mix and prices, 2-4 tiers,
+Each seed draws a scenario (:func:`bench.random_scenarios.draw_scenario`: GPU mix and prices, 2-4 tiers,
 lengths from the Azure trace or the RouteLLM profiles rescaled, Poisson / gamma / trace arrivals, a rate at
 20-95% of a capacity estimate, drawn targets). Per scenario, :data:`SEARCH` uniform random points of the
 search space (``Space.decode``) are evaluated by the optimiser's fast evaluator, and then simulated
@@ -67,10 +67,10 @@ def _row(kind: str, index: int, cand: Any, fast: Any, ev: Any, sim: Any, cap: fl
 
 def evaluate_seed(seed: int) -> dict[str, Any]:
     """Draw scenario ``seed``, pick its random and chosen plans with the fast path, simulate them."""
+    from bench.random_scenarios import draw_scenario
     from boute.optimize.evaluators import FastEvaluator, SimEvaluator
     from boute.optimize.space import Space
     from boute.quality import quality_model_for
-    from boute.scenarios.random import draw_scenario
     from boute.sim import fast_evaluate
     from boute.workload import tier_workload_stats
 

@@ -7,7 +7,7 @@ judged by its own optimism. One run per (scenario, objective, budget, strategy, 
 per seed so the machine's load hits them alike.
 
 Scenarios: the built-in one (``paper-gsm8k``), the 3-tier one, a long-prompt one (code-completion lengths,
-prefill-heavy), an MT-Bench one and a random one (:func:`boute.scenarios.random.random_scenario`, seed 1001:
+prefill-heavy), an MT-Bench one and a random one (:func:`bench.random_scenarios.random_scenario`, seed 1001:
 the first seed from 1000 on, past the ranges the fast-path benches used, where a random fast-path search of
 300 plans meets the targets; seed 1000's P95 cap of 0.83 s was met by no run of any strategy). Strategies: ``mobo`` (the default), ``random``,
 ``nsga2`` (pymoo) and ``tpe`` (Optuna's constrained TPE). "Best known" is the best plan any run of the row's
@@ -61,7 +61,7 @@ OBJECTIVES = ("latency", "cost")
 
 
 def _load(ref: str) -> Any:
-    from boute.scenarios.random import random_scenario
+    from bench.random_scenarios import random_scenario
     from boute.specs import load_scenario
 
     return random_scenario(int(ref.removeprefix("random:"))) if ref.startswith("random:") else load_scenario(ref)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from experiments.common import Evaluators
-from experiments.systems import SystemRun
+from experiments.system_run import SystemRun
 
 LEVELS = (0.3, 0.5, 0.7, 0.85)  # utilisation of one replica's capacity at which the table is measured
 PENALTIES = (1.0, 10.0, 100.0, 1e3, 1e4)

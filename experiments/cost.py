@@ -59,7 +59,8 @@ def settings(ctx: Context) -> dict[str, Any]:
 def rate_at_budget(system: str, fam: Family, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
     """The system's max rate under the cap at the floor with $30/h (sim-confirmed), and that plan's cost."""
     from experiments.metrics import max_rate
-    from experiments.systems import SystemRun, runner
+    from experiments.system_run import SystemRun
+    from experiments.systems import runner
 
     evs = fam.evs("preroute", None, NOMINAL_BUDGET)
     t0 = time.perf_counter()

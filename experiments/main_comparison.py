@@ -32,7 +32,8 @@ from experiments.common import (
     table,
 )
 from experiments.metrics import confirm, evaluators_for, max_rate, min_budget
-from experiments.systems import SYSTEMS, SystemRun, run_boute, runner
+from experiments.system_run import SystemRun
+from experiments.systems import SYSTEMS, run_boute, runner
 
 NAME = "main_comparison"
 SCENARIOS = ("gsm8k-f87", "gsm8k-f91", "mtbench-f81", "mtbench-f83", "mtbench-f85")

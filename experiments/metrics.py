@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from experiments.common import Evaluators
-from experiments.systems import SystemRun
+from experiments.system_run import SystemRun
 
 
 def evaluators_for(run: SystemRun, evs: Evaluators) -> Evaluators:

@@ -19,27 +19,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from experiments.common import Context, Evaluators
+from experiments.system_run import SystemRun
 
 SYSTEMS = ("boute", "70b-homogeneous", "70b-heterogeneous", "routellm-equal", "boute-1gpu", "cascadia")
-
-
-@dataclass
-class SystemRun:
-    system: str
-    mode: str
-    chosen: Any  # Candidate | None: the plan the system deploys
-    chosen_result: Any  # EvalResult | None (by the evaluator the system searched with)
-    pool: list[tuple[Any, Any]] = field(default_factory=list)  # (Candidate, EvalResult) evaluated
-    evals: int = 0
-    wall_s: float = 0.0
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def best_feasible(pairs: Sequence[tuple[Any, Any]]) -> tuple[Any, Any]:

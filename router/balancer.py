@@ -27,7 +27,7 @@ from boute.specs.plan import Plan
 from router.config import Settings
 
 if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
-    from boute.sim.weights import Weights
+    from boute.serving.weights import Weights
 
 log = logging.getLogger("boute.router.balancer")
 
@@ -102,7 +102,7 @@ class Balancer:
         the plan's bundle files are (for a plan written before plans carried their balance figures)."""
         tiers = set(plan.routing.tiers) if plan is not None else None
         if self._weights_of is None or plan != self._weights_of[0]:
-            from boute.sim.weights import plan_weights
+            from boute.serving.weights import plan_weights
 
             self._weights_of = (plan, plan_weights(plan, root))
             if self._weights_of[1].source != "plan":

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.random_scenarios import random_scenario
 from boute.catalog import builtin_catalog
 from boute.perf import replica_perf
-from boute.scenarios.random import random_scenario
 from boute.sim import fast_evaluate, simulate
 from boute.sim.capacity import Lengths, operating_point
 from boute.sim.timing import build_timing

@@ -11,8 +11,8 @@ import pytest
 
 from boute.data import data_path
 from boute.errors import SpecError
-from boute.quality.profile_readers import mtbench_prompt_response
 from boute.quality.profiles import load_profile
+from boute.quality.profiles.mtbench_reader import mtbench_prompt_response
 
 MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 GPT4 = "gpt-4-1106-preview"

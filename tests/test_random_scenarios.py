@@ -1,11 +1,11 @@
-"""The seeded random scenario generator (boute.scenarios.random): valid, deterministic, covering its ranges."""
+"""The seeded random scenario generator (bench.random_scenarios): valid, deterministic, covering its ranges."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.random_scenarios import ARRIVALS, LOAD_RANGE, SHAPES, STRONG, WEAK, draw_scenario, random_scenario
 from boute.optimize.space import Space
-from boute.scenarios.random import ARRIVALS, LOAD_RANGE, SHAPES, STRONG, WEAK, draw_scenario, random_scenario
 from boute.specs.scenario import Scenario
 
 SEEDS = range(48)

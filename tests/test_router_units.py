@@ -14,7 +14,8 @@ from boute.catalog import builtin_catalog
 from boute.errors import SpecError
 from boute.quality.shares import thresholds_for_fractions
 from boute.serving import BackendSpec
-from boute.sim.weights import REFERENCE_LENGTHS, replica_capacity
+from boute.serving.weights import REFERENCE_LENGTHS
+from boute.sim.weights import replica_capacity
 from boute.specs.plan import Plan
 from router.balancer import Balancer
 from router.config import Settings
@@ -33,7 +34,7 @@ def test_settings_env_then_overrides() -> None:
 def test_import_router_leaves_the_quality_package_unloaded() -> None:
     """The gateway's settings take the judge timeout from ``boute.serving.timeouts``: a bare ``import router``
     once loaded ``boute.quality`` (~0.3 s) for that one number. The profiler's default is the same number."""
-    from boute.quality.judges import JUDGE_TIMEOUT_S
+    from boute.serving.timeouts import JUDGE_TIMEOUT_S
 
     code = "import sys, router; print(sorted(m for m in ('boute.quality', 'numpy') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

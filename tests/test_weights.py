@@ -13,8 +13,9 @@ import pytest
 from boute.errors import SpecError
 from boute.serving import BackendSpec
 from boute.serving.bundle import open_plan, write_plan
+from boute.serving.weights import REFERENCE_LENGTHS, plan_weights
 from boute.sim import simulate
-from boute.sim.weights import REFERENCE_LENGTHS, plan_weights, replica_capacity
+from boute.sim.weights import replica_capacity
 from boute.specs import Plan, load_scenario
 from boute.specs.io import validate
 from boute.stats import quantile

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from boute.errors import BouteError, SpecError
-from boute.quality.judges import JUDGE_TIMEOUT_S, LLMJudge
-from boute.quality.profile_readers import jsonl_records
+from boute.quality.judges import LLMJudge
+from boute.quality.profiles.cells import jsonl_records
+from boute.serving.timeouts import JUDGE_TIMEOUT_S
 from boute.specs.io import write_atomic
 
 __all__ = [

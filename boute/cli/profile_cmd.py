@@ -264,7 +264,7 @@ def register(app: typer.Typer) -> None:
         With --cascade-judge, every answer is also rated by that LLM judge and its scores recorded, so
         `boute optimize --mode cascade --judge llm` cuts the cascade's thresholds on them."""
         from backends.profile.quality import GSM8K_INSTRUCTION, Tier, load_dataset, profile_quality
-        from boute.quality.judges import JUDGE_TIMEOUT_S
+        from boute.serving.timeouts import JUDGE_TIMEOUT_S
 
         if limit is not None and limit < 1:
             raise BouteError(f"--limit must be >= 1, got {limit}")

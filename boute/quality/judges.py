@@ -31,7 +31,6 @@ from boute.errors import SpecError
 from boute.quality.embed import EmbedOptions
 from boute.quality.head import LinearHead, fit_head, shape_features
 from boute.quality.static_embed import StaticEmbedder, static_from_metadata
-from boute.serving.timeouts import JUDGE_TIMEOUT_S  # defined there for the gateway; importable from here too
 
 VERIFIER_FORMAT = "boute-verifier/1"
 #: how responses are embedded for the verifier: their end, where the final answer is
@@ -82,7 +81,9 @@ class LLMJudge:
 
     base_url: str
     model: str
-    timeout: float = JUDGE_TIMEOUT_S
+    #: seconds a call may take before it scores 0.0; no default here: the gateway's and the profiler's is
+    #: :data:`boute.serving.timeouts.JUDGE_TIMEOUT_S` (a layer above quality), and every caller passes one
+    timeout: float
     api_key: str | None = None
     template: str = JUDGE_TEMPLATE
     max_tokens: int = 256

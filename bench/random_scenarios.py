@@ -27,6 +27,10 @@ to break their figures down. Everything is drawn from real parts the project shi
 A draw the hardware cannot serve (a tier fits no GPU type within the budget) is redrawn from the same
 stream, so every seed gives a valid scenario. The horizon is 60-1,800 s: at least 6,000 requests and 20 P95
 caps (to reach a steady state), at most 60,000 requests past the first minute.
+
+It lives with the benchmarks (its users, with the tests), not in the core's ``boute/scenarios``: it draws
+on the optimiser's search space and the simulator's capacity, and ``boute/scenarios`` is a data package
+low in the core's layers (pyproject.toml's layer contract) that the specs read built-in scenarios from.
 """
 
 from __future__ import annotations

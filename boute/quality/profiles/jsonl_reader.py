@@ -1,6 +1,6 @@
 """The generic ``jsonl`` quality-profile reader, with the LLM judge's record it may carry on every line.
 
-:mod:`boute.quality.profiles` documents the format; :mod:`boute.quality.profile_readers` registers it.
+:mod:`boute.quality.profiles` documents the format and registers it in its ``FORMATS`` table.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.profile_cells import jsonl_records, normalise_scores, parse_score
-from boute.quality.profiles import JudgeRecord, QualityProfile
+from boute.quality.profiles.cells import jsonl_records, normalise_scores, score_row
+from boute.quality.profiles.profile import JudgeRecord, QualityProfile
 
 #: the per-line fields of an LLM judge's record in the ``jsonl`` format (``boute profile quality --cascade-judge``)
 JUDGE_FIELDS = ("judge", "judge_scores", "judge_latency_s")
@@ -92,16 +92,13 @@ class _JudgeLines:
 
 def read_jsonl(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
     prompts: list[str] = []
-    rows: list[dict[str, float]] = []
+    rows: list[list[float]] = []
     resp: list[dict[str, str]] = []
     models: list[str] = []
     judge = _JudgeLines(shown)
     first_line = 0
     for no, obj in jsonl_records(path):
         first_line = first_line or no
-        prompt = obj.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise SpecError(shown, f"line {no}, field 'prompt'", "missing or empty (expected a string)")
         sc = obj.get("scores")
         if not isinstance(sc, dict) or not sc:
             raise SpecError(shown, f"line {no}, field 'scores'", "missing (expected an object {model: score})")
@@ -110,7 +107,8 @@ def read_jsonl(path: Path, shown: str, scale: tuple[float, float] | None) -> Qua
         if set(sc) != set(models):
             missing = sorted(set(models) - set(sc)) or sorted(set(sc) - set(models))
             raise SpecError(shown, f"line {no}, field 'scores'", f"models differ from line {first_line}: {missing}")
-        rows.append({m: parse_score(sc[m], shown, f"line {no}", f"scores.{m}") for m in models})
+        prompt, row = score_row(shown, no, obj.get("prompt"), sc, models, lambda m: f"scores.{m}")
+        rows.append(row)
         judge.add(no, obj, models)
         r = obj.get("responses", {})
         if not isinstance(r, dict) or not all(isinstance(v, str) for v in r.values()):
@@ -119,7 +117,7 @@ def read_jsonl(path: Path, shown: str, scale: tuple[float, float] | None) -> Qua
         prompts.append(prompt)
     if not prompts:
         raise SpecError(shown, None, "no data lines")
-    raw = np.array([[r[m] for m in models] for r in rows], dtype=np.float64)
+    raw = np.array(rows, dtype=np.float64)
     scores, scl = normalise_scores(raw, shown, scale)
     responses = {m: tuple(r.get(m, "") for r in resp) for m in models if all(m in r for r in resp)}
     return QualityProfile(shown, "jsonl", tuple(models), tuple(prompts), scores, scl, responses, judge=judge.record())

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.profile_cells import jsonl_records, normalise_scores, parse_score
-from boute.quality.profiles import QualityProfile
+from boute.quality.profiles.cells import jsonl_records, normalise_scores, parse_score
+from boute.quality.profiles.profile import QualityProfile
 
 _Q_BLOCK = re.compile(r"\[Question\]\n(.*?)\n\n\[The Start of ", re.S)
 _ANSWER = re.compile(r"\[The Start of Assistant's Answer\]\n(.*?)\n\[The End of Assistant's Answer\]", re.S)

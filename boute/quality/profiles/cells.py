@@ -1,14 +1,16 @@
-"""Reading the values every quality-profile reader shares: JSON lines, a score cell, and the score scale.
+"""What every quality-profile reader shares: JSON lines, CSV rows, the row check, a score cell, the scale.
 
-Kept apart from the per-format readers so each of them validates a cell and maps scores to [0, 1] the same
-way, with errors that name the file, the line and the field.
+Kept apart from the per-format readers so each of them checks a query's row (:func:`score_row`), parses a
+cell and maps scores to [0, 1] the same way, with errors that name the file, the line and the field.
 """
 
 from __future__ import annotations
 
+import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -33,6 +35,48 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
             if not isinstance(obj, dict):
                 raise SpecError(path, f"line {no}", f"expected a JSON object, got {type(obj).__name__}")
             yield no, obj
+
+
+class CsvTable:
+    """A CSV profile read row by row: its header, then each non-blank row, which must have the header's width.
+
+    ``expected`` says what the header should hold (the error for an empty file names it)."""
+
+    def __init__(self, fh: TextIO, shown: str, expected: str) -> None:
+        csv.field_size_limit(1 << 26)
+        self.shown = shown
+        self._reader = csv.reader(fh)
+        header = next(self._reader, None)
+        if not header:
+            raise SpecError(shown, "line 1", f"empty file: expected {expected}")
+        self.header = header
+        self.cols = {name: i for i, name in enumerate(header)}
+
+    def rows(self) -> Iterator[tuple[int, list[str]]]:
+        """(line number, cells) of each data row; blank rows are skipped, a ragged one names its line."""
+        for row in self._reader:
+            no = self._reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(self.header):
+                raise SpecError(self.shown, f"line {no}", f"{len(row)} columns, header has {len(self.header)}")
+            yield no, row
+
+
+def score_row(
+    shown: str,
+    no: int,
+    prompt: object,
+    cells: Mapping[str, object],
+    models: Sequence[str],
+    field: Callable[[str], str] = str,
+) -> tuple[str, list[float]]:
+    """The one check of a query's row, in every format that has one: a non-empty prompt, and each model's
+    score cell parsed by :func:`parse_score` (``field(model)``: the cell's name in errors). Returns the
+    prompt and the raw scores in ``models``' order."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SpecError(shown, f"line {no}, field 'prompt'", "missing or empty (expected a string)")
+    return prompt, [parse_score(cells[m], shown, f"line {no}", field(m)) for m in models]
 
 
 def parse_score(value: object, file: Path | str, where: str, fld: str) -> float:

@@ -1,19 +1,18 @@
 """The CSV quality-profile readers: RouteLLM's (``routellm-csv``) and RouterBench's (``routerbench``).
 
-:mod:`boute.quality.profiles` documents both formats; :mod:`boute.quality.profile_readers` registers them.
+:mod:`boute.quality.profiles` documents both formats and registers them in its ``FORMATS`` table.
 """
 
 from __future__ import annotations
 
 import ast
-import csv
 from pathlib import Path
 
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.profile_cells import normalise_scores, parse_score
-from boute.quality.profiles import QualityProfile
+from boute.quality.profiles.cells import CsvTable, normalise_scores, parse_score, score_row
+from boute.quality.profiles.profile import QualityProfile
 
 #: RouterBench column suffixes: ``<model>|model_response`` and ``<model>|total_cost``
 RB_RESPONSE, RB_COST = "|model_response", "|total_cost"
@@ -22,15 +21,11 @@ _RB_OTHER = ("", "sample_id", "prompt", "eval_name", "oracle_model_to_route_to")
 
 
 def read_routellm_csv(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
-    csv.field_size_limit(1 << 26)
     with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            raise SpecError(shown, "line 1", "empty file: expected a header with 'prompt' and model columns")
+        table = CsvTable(fh, shown, "a header with 'prompt' and model columns")
+        header, cols = table.header, table.cols
         if "prompt" not in header:
             raise SpecError(shown, "line 1", f"no 'prompt' column (columns: {', '.join(header)})")
-        cols = {name: i for i, name in enumerate(header)}
         models = [c for c in header if c != "prompt" and not c.endswith("_response") and c]
         if len(models) < 1:
             raise SpecError(shown, "line 1", "no model score columns besides 'prompt'")
@@ -38,28 +33,21 @@ def read_routellm_csv(path: Path, shown: str, scale: tuple[float, float] | None)
         prompts: list[str] = []
         raw: list[list[float]] = []
         responses: dict[str, list[str]] = {m: [] for m in resp_cols}
-        for row in reader:
-            no = reader.line_num
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(header):
-                raise SpecError(shown, f"line {no}", f"{len(row)} columns, header has {len(header)}")
-            prompt = row[cols["prompt"]]
-            if not prompt.strip():
-                raise SpecError(shown, f"line {no}, field 'prompt'", "empty prompt")
+        for no, row in table.rows():
+            prompt, row_scores = score_row(shown, no, row[cols["prompt"]], {m: row[cols[m]] for m in models}, models)
             prompts.append(prompt)
-            raw.append([parse_score(row[cols[m]], shown, f"line {no}", m) for m in models])
+            raw.append(row_scores)
             for m, ci in resp_cols.items():
                 responses[m].append(row[ci])
     if not prompts:
         raise SpecError(shown, None, "no data rows")
-    scores, sc = normalise_scores(np.asarray(raw, dtype=np.float64), shown, scale)
+    matrix, sc = normalise_scores(np.asarray(raw, dtype=np.float64), shown, scale)
     return QualityProfile(
         source=shown,
         format="routellm-csv",
         models=tuple(models),
         prompts=tuple(prompts),
-        scores=scores,
+        scores=matrix,
         scale=sc,
         responses={m: tuple(v) for m, v in responses.items()},
         query_ids=tuple(str(i) for i in range(len(prompts))),
@@ -83,13 +71,9 @@ def _list_text(cell: str, shown: str, where: str, fld: str) -> str:
 
 
 def read_routerbench(path: Path, shown: str, scale: tuple[float, float] | None) -> QualityProfile:
-    csv.field_size_limit(1 << 26)
     with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            raise SpecError(shown, "line 1", "empty file: expected RouterBench's header (prompt, models, ...)")
-        cols = {name: i for i, name in enumerate(header)}
+        table = CsvTable(fh, shown, "RouterBench's header (prompt, models, ...)")
+        header, cols = table.header, table.cols
         if "prompt" not in cols:
             raise SpecError(shown, "line 1", f"no 'prompt' column (columns: {', '.join(header[:8])}, ...)")
         models = [c for c in header if c not in _RB_OTHER and "|" not in c]
@@ -108,22 +92,16 @@ def read_routerbench(path: Path, shown: str, scale: tuple[float, float] | None) 
         responses: dict[str, list[str]] = {m: [] for m in resp_cols}
         costs: dict[str, list[float]] = {m: [] for m in cost_cols}
         dropped: list[str] = []
-        for row in reader:
-            no = reader.line_num
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(header):
-                raise SpecError(shown, f"line {no}", f"{len(row)} columns, header has {len(header)}")
+        for no, row in table.rows():
             qid = row[cols["sample_id"]] if "sample_id" in cols else str(len(ids) + len(dropped))
             if any(not row[cols[m]].strip() for m in models):
                 dropped.append(qid)
                 continue
-            prompt = _list_text(row[cols["prompt"]], shown, f"line {no}", "prompt")
-            if not prompt.strip():
-                raise SpecError(shown, f"line {no}, field 'prompt'", "empty prompt")
+            text = _list_text(row[cols["prompt"]], shown, f"line {no}", "prompt")
+            prompt, row_scores = score_row(shown, no, text, {m: row[cols[m]] for m in models}, models)
             ids.append(qid)
             prompts.append(prompt)
-            raw.append([parse_score(row[cols[m]], shown, f"line {no}", m) for m in models])
+            raw.append(row_scores)
             for m, ci in resp_cols.items():
                 cell = row[ci]
                 responses[m].append(_list_text(cell, shown, f"line {no}", m + RB_RESPONSE) if cell.strip() else "")
@@ -134,13 +112,13 @@ def read_routerbench(path: Path, shown: str, scale: tuple[float, float] | None) 
                 costs[m].append(cost)
     if not prompts:
         raise SpecError(shown, None, f"no data rows with a score for every model ({len(dropped)} rows have blanks)")
-    scores, sc = normalise_scores(np.asarray(raw, dtype=np.float64), shown, scale)
+    matrix, sc = normalise_scores(np.asarray(raw, dtype=np.float64), shown, scale)
     return QualityProfile(
         source=shown,
         format="routerbench",
         models=tuple(models),
         prompts=tuple(prompts),
-        scores=scores,
+        scores=matrix,
         scale=sc,
         responses={m: tuple(v) for m, v in responses.items() if all(v)},
         query_ids=tuple(ids),
