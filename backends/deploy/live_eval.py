@@ -41,6 +41,7 @@ from boute.optimize.evaluators import (
 from boute.optimize.space import Candidate
 from boute.serving.auth import TOKEN_ENV
 from boute.serving.bundle import open_plan, write_plan
+from boute.serving.registry import DEFAULT_REDIS_URL
 from boute.specs import Scenario
 from boute.stats import quantile
 
@@ -60,7 +61,7 @@ class LiveEvaluator:
         scenario: Scenario,
         mode: str = "preroute",
         *,
-        redis_url: str = "redis://127.0.0.1:6379/0",
+        redis_url: str = DEFAULT_REDIS_URL,
         speedup: float = 10.0,
         duration_s: float | None = None,
         max_requests: int = 200,

@@ -24,6 +24,7 @@ import typer
 
 from boute.cli.options import DEPLOY_DIR, deployment_dir, positive
 from boute.errors import BouteError
+from boute.serving.registry import DEFAULT_REDIS_URL
 
 
 def _parse_gpu_ids(items: list[str]) -> dict[str, list[int]]:
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
             None, "--max-total-tokens", min=256, help="--sglang-cpu: KV pool of each replica, tokens (16384)"
         ),
         redis: str = typer.Option(
-            "redis://127.0.0.1:6379/0",
+            DEFAULT_REDIS_URL,
             "--redis",
             envvar="BOUTE_REDIS_URL",
             help="Redis the gateway reads its registry from",

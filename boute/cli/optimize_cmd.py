@@ -18,6 +18,7 @@ import typer
 
 from boute.cli.options import TRACKING_DB
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
+from boute.serving.registry import DEFAULT_REDIS_URL
 
 if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
     from rich.progress import Progress, TaskID
@@ -120,7 +121,7 @@ def register(app: typer.Typer) -> None:
             None, "--calibration", help="calibration file (e.g. from boute profile perf) instead of the scenario's"
         ),
         redis: str = typer.Option(
-            "redis://127.0.0.1:6379/0",
+            DEFAULT_REDIS_URL,
             "--redis",
             envvar="BOUTE_REDIS_URL",
             help="Redis for the live evaluator's replica registry (--evaluator live only)",

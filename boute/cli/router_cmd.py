@@ -124,11 +124,12 @@ def eval_cmd(
     from boute.quality.build import build_quality_model
     from boute.quality.metrics import at_shares, evaluate
     from boute.quality.profiles import load_profile
+    from boute.specs.plan import ROUTING_MODES
 
     prof = load_profile(profile, fmt)
     models = _tiers(prof, tiers)
     qm = build_quality_model(prof, models, router_path=router, cache_dir=cache_dir)
-    res = evaluate(qm, modes=("preroute", "cascade") if cascade else ("preroute",))
+    res = evaluate(qm, modes=ROUTING_MODES if cascade else ("preroute",))
     grid = np.linspace(0.0, 1.0, max(points, 2))
     curve = [
         {"large_share": round(float(s), 4)}

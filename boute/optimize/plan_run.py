@@ -27,6 +27,8 @@ from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerEr
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
 from boute.quality.policy import JUDGES
 from boute.quality.preroute import ROUTER_KINDS
+from boute.serving.registry import DEFAULT_REDIS_URL
+from boute.specs.plan import ROUTING_MODES
 
 if TYPE_CHECKING:
     from boute.optimize.clock import SearchClock
@@ -34,8 +36,6 @@ if TYPE_CHECKING:
     from boute.optimize.outcome import Outcome
     from boute.optimize.trials import Trial
     from boute.specs import Plan, Scenario
-
-DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class PlanRequest:
     confirm_with: str = "sim"
     max_confirm: int = 12
     plot: Path | None = None
-    redis_url: str = DEFAULT_REDIS
+    redis_url: str = DEFAULT_REDIS_URL
 
     def check(self) -> None:
         """BouteError naming the option at fault (as ``boute optimize`` spells it) for a request that cannot run."""
@@ -97,8 +97,8 @@ class PlanRequest:
                     f"--ray-address: the {self.evaluator} evaluator runs in this process; "
                     f"only {', '.join(sorted(POOLABLE))} evaluations go to a Ray cluster"
                 )
-        if self.mode not in ("preroute", "cascade"):
-            raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: preroute, cascade)")
+        if self.mode not in ROUTING_MODES:
+            raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: {', '.join(ROUTING_MODES)})")
         if self.judge is not None and self.judge not in JUDGES:
             raise BouteError(f"--judge: unknown cascade judge '{self.judge}' (known: {', '.join(JUDGES)})")
         if self.router is not None and self.router not in ROUTER_KINDS:

@@ -39,8 +39,8 @@ from numpy.typing import ArrayLike
 from boute.quality.confidence import DEFAULT_LEVEL, lower_bound, mean_and_se
 from boute.quality.preroute import LadderRouting, PreRouting, cum_index, midpoints
 from boute.quality.shares import cascade_visits, check_fractions, systematic_resample
+from boute.specs.plan import ROUTING_MODES
 
-MODES = ("preroute", "cascade")
 #: what scores a cascade's answers: the offline verifier, or an LLM judge whose scores the profile recorded
 JUDGES = ("verifier", "llm")
 #: which figure of a policy the quality floor holds on: the held-out mean or its lower confidence bound
@@ -317,8 +317,8 @@ class QualityModel:
         predicted correctness under the prices), exactly as the router service would; the others (-1:
         synthetic lengths) are drawn at random by ``fractions``.
         """
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
+        if mode not in ROUTING_MODES:
+            raise ValueError(f"mode must be one of {ROUTING_MODES}, got '{mode}'")
         f = check_fractions(fractions, len(self.tiers))
         idx = np.asarray(prompt_index, dtype=np.int64)
         if idx.size and idx.max() >= len(self.route_all):

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter
 
+#: the Redis a deployment shares its state through unless told otherwise (``--redis`` / ``BOUTE_REDIS_URL``)
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
 
 class BackendSpec(BaseModel):
     """One serving replica the gateway may send to: its URL, tier, and (for weights) its hardware."""

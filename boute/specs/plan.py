@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -26,6 +26,11 @@ from boute.catalog import Catalog
 from boute.errors import SpecError
 from boute.specs.io import dump_model, read_mapping, validate
 from boute.specs.scenario import Dtype
+
+#: how a plan routes: pre-route each request to one tier, or cascade it up the tiers while a judge rejects
+RoutingMode = Literal["preroute", "cascade"]
+#: the routing modes, in the order CLI errors list them
+ROUTING_MODES: tuple[str, ...] = get_args(RoutingMode)
 
 
 class _Frozen(BaseModel):
@@ -77,7 +82,7 @@ class Routing(_Frozen):
     # (JSON) / .inf (YAML), read back as the same float, never as null
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
-    mode: Literal["preroute", "cascade"] = "preroute"
+    mode: RoutingMode = "preroute"
     tiers: list[str] = Field(min_length=1)
     fractions: list[NonNegativeFloat] | None = None
     thresholds: list[float] | None = None
