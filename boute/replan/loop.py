@@ -35,6 +35,7 @@ from boute.specs import Plan, Scenario
 
 if TYPE_CHECKING:
     from boute.optimize.evaluators import EvalResult, FastEvaluator
+    from boute.specs.plan import Prediction
 
 #: the deployment's current plan and its config (written by ``boute deploy up``)
 DESIRED, CONFIG = "desired.json", "config.json"
@@ -250,7 +251,6 @@ class Autopilot:
         from boute.sim import plan_cost
 
         n, new, out = self.rounds, run.plan, run.path
-        pred = new.predicted
         after = fast(
             Candidate(
                 tuple(new.routing.fractions or ()), tuple(new.deployment), float(plan_cost(list(new.deployment), obs))
@@ -263,22 +263,9 @@ class Autopilot:
             None if before is None else Judged(before.p95_latency_s, before.cost_per_hour, before.feasible),
             Judged(after.p95_latency_s, after.cost_per_hour, after.feasible),
         )
-        gain = {
-            "warm_trials": warm,
-            "search_s": round(search_s, 2),
-            "old_under_observed": None if before is None else {
-                "p95_latency_s": before.p95_latency_s, "cost_per_hour": before.cost_per_hour, "feasible": before.feasible,
-            },
-            "new_under_observed": {
-                "p95_latency_s": after.p95_latency_s, "cost_per_hour": after.cost_per_hour, "feasible": after.feasible,
-            },
-            "new_predicted": None if pred is None else {
-                "p95_latency_s": pred.p95_latency_s, "cost_per_hour": pred.cost_per_hour, "quality": pred.quality,
-            },
-        }  # fmt: skip
         record |= {
             "new_plan": new.model_dump(mode="json", exclude_none=True),
-            "gain": json_safe(gain),
+            "gain": json_safe(gain_record(before, after, new.predicted, warm=warm, search_s=search_s)),
             "detail": verdict.reason,
         }
         if not verdict.roll_out:
@@ -321,6 +308,26 @@ class Autopilot:
             store.add_replan(row)
         finally:
             store.close()
+
+
+def gain_record(
+    before: EvalResult | None, after: EvalResult, pred: Prediction | None, *, warm: int, search_s: float
+) -> dict[str, Any]:
+    """What a re-plan's record says it gains: the old and the new plan judged under the observed load, the
+    new plan's own prediction, the warm trials the search started from and how long it ran."""
+    return {
+        "warm_trials": warm,
+        "search_s": round(search_s, 2),
+        "old_under_observed": None if before is None else {
+            "p95_latency_s": before.p95_latency_s, "cost_per_hour": before.cost_per_hour, "feasible": before.feasible,
+        },
+        "new_under_observed": {
+            "p95_latency_s": after.p95_latency_s, "cost_per_hour": after.cost_per_hour, "feasible": after.feasible,
+        },
+        "new_predicted": None if pred is None else {
+            "p95_latency_s": pred.p95_latency_s, "cost_per_hour": pred.cost_per_hour, "quality": pred.quality,
+        },
+    }  # fmt: skip
 
 
 def json_safe(value: Any) -> Any:
