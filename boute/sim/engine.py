@@ -6,11 +6,16 @@ judge delay). Replica events come first on ties, so a completion frees its KV be
 same instant is placed. Arrivals go to a replica of their tier by capacity-aware least-outstanding
 balancing: argmin over replicas of (outstanding + 1) / capacity, capacity from the perf model under the
 workload's request lengths (:func:`boute.sim.capacity.replica_weights`, the rule the gateway follows too).
+
+:func:`simulate` checks the route, builds the replicas (:func:`build_replicas`) and hands them to a
+:class:`Scheduler`, whose loop is a few named steps in the manner of SGLang's scheduler: ``admit`` a request
+to a replica, let the replica ``finish_plan`` / ``schedule`` its iterations, ``retire`` what it finished.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -68,6 +73,212 @@ def draw_route(plan: Plan, n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(len(p), size=n, p=p / p.sum()).astype(np.int64)
 
 
+def checked_route(plan: Plan, n: int, route: np.ndarray | None, seed: int) -> np.ndarray:
+    """``route`` as n tier indices of the plan (drawn from its fractions when None); BouteError otherwise."""
+    tiers = len(plan.routing.tiers)
+    out = draw_route(plan, n, seed) if route is None else np.asarray(route, dtype=np.int64)
+    if out.shape != (n,) or (n and (out.min() < 0 or out.max() >= tiers)):
+        raise BouteError(f"route must hold {n} tier indices in [0, {tiers})")
+    return out
+
+
+def build_replicas(
+    plan: Plan, timings: Sequence[ReplicaTiming], weights: Sequence[float]
+) -> tuple[list[Replica], list[list[Replica]]]:
+    """Every replica of the deployment in group order, and the replicas of each tier (the balancer's pools)."""
+    tiers = list(plan.routing.tiers)
+    replicas: list[Replica] = []
+    by_tier: list[list[Replica]] = [[] for _ in tiers]
+    for gi, (g, tm, weight) in enumerate(zip(plan.deployment, timings, weights, strict=True)):
+        for _ in range(g.count):
+            r = Replica(len(replicas), tiers.index(g.tier), gi, tm, weight)
+            replicas.append(r)
+            by_tier[r.tier].append(r)
+    return replicas, by_tier
+
+
+def check_served(plan: Plan, route: np.ndarray, by_tier: Sequence[Sequence[Replica]]) -> None:
+    """Every tier a request reaches (a cascade's: all tiers up to its last) has a replica, else BouteError."""
+    tiers = plan.routing.tiers
+    if plan.routing.mode == "cascade":
+        needed = np.arange(int(route.max()) + 1 if len(route) else 0)
+    else:
+        needed = np.unique(route)
+    for t in needed:
+        if not by_tier[int(t)]:
+            raise BouteError(f"requests are routed to tier '{tiers[int(t)]}' but the plan deploys no replica for it")
+
+
+class Scheduler:
+    """The global event loop of one simulation: the replicas, the two event heaps and each request's progress.
+
+    The loop (:meth:`run`) takes, in time order, a replica's iteration boundary (:meth:`Replica.finish_plan`,
+    then :meth:`retire` the requests it finished and :meth:`Replica.schedule` the next iteration), an
+    external arrival or a cascade hop (:meth:`admit` to the tier's least-loaded replica). Replica events
+    come first on ties, so a completion frees its KV before an arrival at the same instant is placed.
+    Event heap entries: ``(time, seq, replica, version)``, hop heap entries ``(time, seq, request)``; one
+    counter numbers both, so equal times leave the heaps in push order. A replica event whose version is
+    stale (the replica re-planned since) is dropped.
+    """
+
+    __slots__ = (
+        "replicas",
+        "by_tier",
+        "arrivals",
+        "inp",
+        "out",
+        "per_tier",
+        "final",
+        "cur_tier",
+        "cascade",
+        "last",
+        "judge_delay_s",
+        "ttft",
+        "first_final",
+        "finish",
+        "where",
+        "rejected",
+        "events",
+        "hops",
+        "seq",
+    )
+
+    def __init__(
+        self,
+        replicas: list[Replica],
+        by_tier: list[list[Replica]],
+        workload: Workload,
+        route: np.ndarray,
+        *,
+        cascade: bool,
+        last: int,
+        judge_delay_s: float,
+    ) -> None:
+        n = len(workload.arrival_s)
+        self.replicas = replicas
+        self.by_tier = by_tier
+        self.arrivals: list[float] = workload.arrival_s.tolist()
+        self.inp: list[int] = workload.input_tokens.tolist()
+        # the answer length of the tier a request is at: set again at each hop (admit), since a cascade's
+        # tiers each generate their own answer (Workload.output_at)
+        tier_out = workload.tier_output_tokens
+        self.per_tier: list[list[int]] | None = tier_out.tolist() if tier_out is not None else None
+        self.out: list[int] = workload.output_tokens.tolist()
+        self.final: list[int] = route.tolist()
+        self.cur_tier = [0] * n if cascade else list(self.final)
+        self.cascade = cascade
+        self.last = last
+        self.judge_delay_s = judge_delay_s
+        self.ttft = [math.nan] * n
+        self.first_final = [math.nan] * n
+        self.finish = [math.inf] * n
+        self.where = [-1] * n
+        self.rejected = [False] * n
+        self.events: list[tuple[float, int, int, int]] = []
+        self.hops: list[tuple[float, int, int]] = []
+        self.seq = itertools.count(1)
+
+    def push(self, r: Replica) -> None:
+        """Put the replica's planned iteration boundary on the event heap (nothing when it is idle)."""
+        if r.plan != IDLE:
+            heapq.heappush(self.events, (r.plan_end, next(self.seq), r.index, r.version))
+
+    def admit(self, rid: int, t: float) -> None:
+        """Request ``rid`` reaches its current tier at ``t``: onto the replica with the least (outstanding + 1)
+        / weight, or rejected when its prompt + answer exceed that replica's KV. An idle replica starts on
+        it at once; a decoding one cuts its jump at the next step boundary when it can take it now."""
+        tier = self.cur_tier[rid]
+        pool = self.by_tier[tier]
+        out = self.out
+        if self.per_tier is not None:
+            out[rid] = self.per_tier[rid][tier]
+        best = pool[0]
+        if len(pool) > 1:
+            best_v = (best.outstanding + 1) / best.weight
+            for r in pool[1:]:
+                v = (r.outstanding + 1) / r.weight
+                if v < best_v:
+                    best, best_v = r, v
+        inp = self.inp
+        need = inp[rid] + out[rid]
+        if need > best.timing.kv_capacity:
+            self.rejected[rid] = True
+            return
+        self.where[rid] = best.index
+        best.outstanding += 1
+        best.waiting.append(rid)
+        if best.plan == IDLE:
+            best.now = t
+            best.schedule(inp, out)
+            self.push(best)
+        elif (
+            best.plan == DECODE
+            and len(best.waiting) == 1
+            and best.partial < 0
+            and best.can_admit(need)
+            and best.cut_decode(t)
+        ):
+            best.schedule(inp, out)
+            self.push(best)
+
+    def retire(self, r: Replica, done: list[int]) -> None:
+        """The requests replica ``r`` just finished: a cascade hop to the next tier after the judge, or done."""
+        now = r.now
+        cascade, final, cur_tier = self.cascade, self.final, self.cur_tier
+        for rid in done:
+            if cascade and cur_tier[rid] < final[rid]:
+                heapq.heappush(self.hops, (now + self.judge_delay_s, next(self.seq), rid))
+            elif cascade and final[rid] < self.last:
+                # accepted before the last tier: the gateway held the whole answer for the judge,
+                # then sends it at once, so its first token reaches the client with the last
+                self.finish[rid] = self.first_final[rid] = now + self.judge_delay_s
+            else:
+                self.finish[rid] = now
+                self.first_final[rid] = self.ttft[rid]
+        done.clear()
+
+    def run(self, limit: float) -> bool:
+        """Process events in time order until none is left; True when stopped at ``limit`` (capped)."""
+        arrivals, events, hops, replicas = self.arrivals, self.events, self.hops, self.replicas
+        inp, out, ttft, cur_tier = self.inp, self.out, self.ttft, self.cur_tier
+        admit, retire, seq = self.admit, self.retire, self.seq
+        heappop, heappush = heapq.heappop, heapq.heappush
+        n = len(arrivals)
+        done: list[int] = []
+        nxt = 0
+        inf = math.inf
+        while True:
+            t_ext = arrivals[nxt] if nxt < n else inf
+            t_hop = hops[0][0] if hops else inf
+            t_ev = events[0][0] if events else inf
+            if t_ev <= t_ext and t_ev <= t_hop:
+                if t_ev == inf:
+                    return False
+                if t_ev > limit:
+                    return True
+                _, _, ri, ver = heappop(events)
+                r = replicas[ri]
+                if ver != r.version:
+                    continue
+                r.finish_plan(inp, out, ttft, done)
+                if done:
+                    retire(r, done)
+                r.schedule(inp, out)
+                if r.plan != IDLE:
+                    heappush(events, (r.plan_end, next(seq), r.index, r.version))
+            elif t_ext <= t_hop:
+                if t_ext > limit:
+                    return True
+                admit(nxt, t_ext)
+                nxt += 1
+            else:
+                if t_hop > limit:
+                    return True
+                _, _, rid = heappop(hops)
+                cur_tier[rid] += 1
+                admit(rid, t_hop)
+
+
 def simulate(
     plan: Plan,
     scenario: Scenario,
@@ -89,161 +300,63 @@ def simulate(
     """
     wall0 = time.perf_counter()
     check_plan_hardware(plan, scenario_catalog(scenario), "plan")
-    tiers = list(plan.routing.tiers)
-    n = len(workload.arrival_s)
-    route = draw_route(plan, n, seed) if route is None else np.asarray(route, dtype=np.int64)
-    if route.shape != (n,) or (n and (route.min() < 0 or route.max() >= len(tiers))):
-        raise BouteError(f"route must hold {n} tier indices in [0, {len(tiers)})")
-    cascade = plan.routing.mode == "cascade"
-    last = len(tiers) - 1
+    route = checked_route(plan, len(workload.arrival_s), route, seed)
     timings = group_timings(plan.deployment, scenario, chunk_tokens, max_running)
-
-    inp = workload.input_tokens.tolist()
-    # the answer length of the tier a request is at: set again at each hop (place), since a cascade's
-    # tiers each generate their own answer (Workload.output_at)
-    per_tier = workload.tier_output_tokens.tolist() if workload.tier_output_tokens is not None else None
-    out = workload.output_tokens.tolist()
     weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
-    replicas: list[Replica] = []
-    by_tier: list[list[Replica]] = [[] for _ in tiers]
-    for gi, (g, tm, weight) in enumerate(zip(plan.deployment, timings, weights, strict=True)):
-        for _ in range(g.count):
-            r = Replica(len(replicas), tiers.index(g.tier), gi, tm, weight)
-            replicas.append(r)
-            by_tier[r.tier].append(r)
-    needed = np.unique(route) if not cascade else np.arange(int(route.max()) + 1 if n else 0)
-    for t in needed:
-        if not by_tier[int(t)]:
-            raise BouteError(f"requests are routed to tier '{tiers[int(t)]}' but the plan deploys no replica for it")
-
-    arrivals = workload.arrival_s.tolist()
-    final = route.tolist()
-    cur_tier = [0] * n if cascade else list(final)
-    enter = list(arrivals)  # when the request reached its current tier
-    ttft = [math.nan] * n
-    first_final = [math.nan] * n
-    finish = [math.inf] * n
-    where = [-1] * n
-    rejected = [False] * n
+    replicas, by_tier = build_replicas(plan, timings, weights)
+    check_served(plan, route, by_tier)
+    loop = Scheduler(
+        replicas,
+        by_tier,
+        workload,
+        route,
+        cascade=plan.routing.mode == "cascade",
+        last=len(plan.routing.tiers) - 1,
+        judge_delay_s=judge_delay_s,
+    )
     horizon = float(workload.duration_s)
-    limit = max_sim_time_s if max_sim_time_s is not None else 10.0 * horizon + 600.0
+    capped = loop.run(max_sim_time_s if max_sim_time_s is not None else 10.0 * horizon + 600.0)
+    return _result(plan, scenario, workload, route, timings, loop, capped=capped, wall0=wall0)
 
-    events: list[tuple[float, int, int, int]] = []  # (time, seq, replica, version)
-    hops: list[tuple[float, int, int]] = []  # (time, seq, request)
-    seq = 0
-    done: list[int] = []
-    nxt = 0
-    inf = math.inf
-    capped = False
 
-    def push(r: Replica) -> None:
-        nonlocal seq
-        if r.plan != IDLE:
-            seq += 1
-            heapq.heappush(events, (r.plan_end, seq, r.index, r.version))
+def _result(
+    plan: Plan,
+    scenario: Scenario,
+    workload: Workload,
+    route: np.ndarray,
+    timings: Sequence[ReplicaTiming],
+    loop: Scheduler,
+    *,
+    capped: bool,
+    wall0: float,
+) -> SimResult:
+    """The per-request timings of a finished loop as latencies, with the replicas' aggregates.
 
-    def place(rid: int, t: float) -> None:
-        pool = by_tier[cur_tier[rid]]
-        if per_tier is not None:
-            out[rid] = per_tier[rid][cur_tier[rid]]
-        best = pool[0]
-        if len(pool) > 1:
-            best_v = (best.outstanding + 1) / best.weight
-            for r in pool[1:]:
-                v = (r.outstanding + 1) / r.weight
-                if v < best_v:
-                    best, best_v = r, v
-        need = inp[rid] + out[rid]
-        if need > best.timing.kv_capacity:
-            rejected[rid] = True
-            return
-        enter[rid] = t
-        where[rid] = best.index
-        best.outstanding += 1
-        best.waiting.append(rid)
-        if best.plan == IDLE:
-            best.now = t
-            best.schedule(inp, out)
-            push(best)
-        elif (
-            best.plan == DECODE
-            and len(best.waiting) == 1
-            and best.partial < 0
-            and best.can_admit(need)
-            and best.cut_decode(t)
-        ):
-            best.schedule(inp, out)
-            push(best)
-
-    while True:
-        t_ext = arrivals[nxt] if nxt < n else inf
-        t_hop = hops[0][0] if hops else inf
-        t_ev = events[0][0] if events else inf
-        if t_ev <= t_ext and t_ev <= t_hop:
-            if t_ev == inf:
-                break
-            if t_ev > limit:
-                capped = True
-                break
-            _, _, ri, ver = heapq.heappop(events)
-            r = replicas[ri]
-            if ver != r.version:
-                continue
-            r.finish_plan(inp, out, ttft, done)
-            if done:
-                for rid in done:
-                    if cascade and cur_tier[rid] < final[rid]:
-                        seq += 1
-                        heapq.heappush(hops, (r.now + judge_delay_s, seq, rid))
-                    elif cascade and final[rid] < last:
-                        # accepted before the last tier: the gateway held the whole answer for the judge,
-                        # then sends it at once, so its first token reaches the client with the last
-                        finish[rid] = first_final[rid] = r.now + judge_delay_s
-                    else:
-                        finish[rid] = r.now
-                        first_final[rid] = ttft[rid]
-                done.clear()
-            r.schedule(inp, out)
-            push(r)
-        elif t_ext <= t_hop:
-            if t_ext > limit:
-                capped = True
-                break
-            place(nxt, t_ext)
-            nxt += 1
-        else:
-            if t_hop > limit:
-                capped = True
-                break
-            _, _, rid = heapq.heappop(hops)
-            cur_tier[rid] += 1
-            place(rid, t_hop)
-
+    A request's TTFT is its final tier's first token (``first_final``) less its arrival; its TPOT spreads
+    the final tier's remaining ``out - 1`` tokens over ``finish - first_final`` (0 for one-token answers).
+    """
     arr = workload.arrival_s
-    fin = np.asarray(finish)
-    first = np.asarray(first_final)
-    e2e = fin - arr
-    ttft_s = first - arr
-    # the final tier's generation: first token at `first`, then (out - 1) more tokens until `fin`
+    fin = np.asarray(loop.finish)
+    first = np.asarray(loop.first_final)
     final_out = workload.output_at(route)
     denom = np.maximum(final_out - 1, 1)
     tpot = np.where(final_out > 1, (fin - first) / denom, 0.0)
-    rep_tier = np.asarray([r.tier for r in replicas], dtype=np.int64)
+    replicas = loop.replicas
     return SimResult(
         arrival_s=arr,
-        ttft_s=ttft_s,
+        ttft_s=first - arr,
         tpot_s=tpot,
-        e2e_s=e2e,
+        e2e_s=fin - arr,
         tier=route.copy(),
-        replica=np.asarray(where, dtype=np.int64),
-        rejected=np.asarray(rejected, dtype=bool),
-        tiers=tuple(tiers),
-        replica_tier=rep_tier,
+        replica=np.asarray(loop.where, dtype=np.int64),
+        rejected=np.asarray(loop.rejected, dtype=bool),
+        tiers=tuple(plan.routing.tiers),
+        replica_tier=np.asarray([r.tier for r in replicas], dtype=np.int64),
         replica_group=np.asarray([r.group for r in replicas], dtype=np.int64),
         replica_busy_s=np.asarray([r.busy_s for r in replicas]),
         replica_served=np.asarray([r.served for r in replicas], dtype=np.int64),
         replica_weight=np.asarray([r.weight for r in replicas]),
-        duration_s=horizon,
+        duration_s=float(workload.duration_s),
         cost_per_hour=plan_cost(plan.deployment, scenario),
         p95_target_s=float(scenario.targets.p95_latency_s),
         capped=capped,
