@@ -20,7 +20,7 @@ approximation; the event simulator is the reference.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -148,27 +148,43 @@ def operating_point(tm: ReplicaTiming, lam: float, ln: Lengths, iters: int = 40)
     # (h = g - b is positive at 0), then Illinois steps. Secant steps from b = 1 overshot past the KV
     # limit where g's slope is near 1, calling a replica batch-full at 169 req/s that was not at 187
     # (Llama-3.2-3B on an RTX PRO 6000 TP2, 46/86 tokens: fixed point ~850 of 2,048)
-    lo, h_lo = 0.0, math.inf
-    hi = h_hi = None
-    b = 1.0 / 64.0
-    while True:
-        nb, *_ = g(min(b, float(bmax)))
-        h = nb - min(b, float(bmax))
-        if h <= 0.0:
-            hi, h_hi = min(b, float(bmax)), h
-            break
-        lo, h_lo = min(b, float(bmax)), h
-        if b >= bmax:
-            break
-        b *= 2.0
+    lo, h_lo, hi, h_hi = _bracket(g, float(bmax))
     if hi is None or h_hi is None:  # no fixed point below the KV-limited batch: it stays full
         return _full_batch(tm, lam, ln, bmax)
+    b = _illinois(g, lo, h_lo, hi, h_hi, iters)
+    _, step, phi, pf = g(b)
+    return OperatingPoint(lam, b, step, phi, pf, False)
+
+
+#: the batch map of :func:`operating_point`: b -> (g(b), step time, prefill share, prefill iteration)
+BatchMap = Callable[[float], tuple[float, float, float, float]]
+
+
+def _bracket(g: BatchMap, bmax: float) -> tuple[float, float, float | None, float | None]:
+    """(lo, h(lo), hi, h(hi)) with ``h = g(b) - b`` positive at lo and <= 0 at hi, on b = 1/64, 1/32, ...
+    up to ``bmax``; hi and h(hi) are None when h stays positive up to ``bmax`` (no fixed point below it)."""
+    lo, h_lo = 0.0, math.inf
+    b = 1.0 / 64.0
+    while True:
+        nb, *_ = g(min(b, bmax))
+        h = nb - min(b, bmax)
+        if h <= 0.0:
+            return lo, h_lo, min(b, bmax), h
+        lo, h_lo = min(b, bmax), h
+        if b >= bmax:
+            return lo, h_lo, None, None
+        b *= 2.0
+
+
+def _illinois(g: BatchMap, lo: float, h_lo: float, hi: float, h_hi: float, iters: int) -> float:
+    """The root of ``h = g(b) - b`` in the bracket [lo, hi] to a relative 1e-4, by at most ``iters`` Illinois
+    steps (regula falsi with the stale end's value halved: bracketed, superlinear; a bisection where the
+    secant leaves the bracket or h(lo) is infinite)."""
     side = 0
     b = hi
     for _ in range(iters):
         if hi - lo <= 1e-4 * hi:
             break
-        # Illinois (regula falsi with the stale end's value halved): bracketed, superlinear
         f_lo = min(h_lo, 1e300)
         b = hi - h_hi * (hi - lo) / (h_hi - f_lo) if math.isfinite(h_lo) else 0.5 * (lo + hi)
         if not (lo < b < hi):
@@ -187,8 +203,7 @@ def operating_point(tm: ReplicaTiming, lam: float, ln: Lengths, iters: int = 40)
             side = -1
         if abs(h) <= 1e-4 * max(b, 1e-9):
             break
-    _, step, phi, pf = g(b)
-    return OperatingPoint(lam, b, step, phi, pf, False)
+    return b
 
 
 def _full_batch(tm: ReplicaTiming, lam: float, ln: Lengths, bmax: int) -> OperatingPoint:

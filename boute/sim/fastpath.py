@@ -72,6 +72,12 @@ class FastResult:
         return needs_confirmation(self.p95_latency_s, self.confidence, p95_cap_s)
 
 
+#: one replica group of a tier: (timing, replica count, one replica's capacity mu in req/s, its KV-limited batch)
+Group = tuple[ReplicaTiming, int, float, int]
+#: one latency component of the mixture: (tier, share of the tier's requests, A, tau, prefill wait, extra variance)
+Component = tuple[int, float, float, float, float, float]
+
+
 def fast_evaluate(
     deployment: Sequence[ReplicaGroup],
     scenario: Scenario,
@@ -102,19 +108,8 @@ def fast_evaluate(
     by_tier = list(tier_stats) if tier_stats is not None else [stats] * len(tiers)
     lns = [Lengths(t.mean_input, t.input_sq_mean, t.mean_output, t.output_sq_mean) for t in by_tier]
     cost = plan_cost(deployment, scenario)
-    per_tier: list[list[tuple[ReplicaTiming, int, float, int]]] = [[] for _ in tiers]
-    for i, g in enumerate(deployment):
-        if g.tier not in tiers:
-            continue
-        k = tiers.index(g.tier)
-        tm = replica_timing(i, g, scenario, chunk_tokens, max_running)
-        mu, slots = capacity_and_slots(tm, lns[k])
-        per_tier[k].append((tm, g.count, mu, slots))
-    util = []
-    for k, groups in enumerate(per_tier):
-        cap = sum(c * mu for _, c, mu, _ in groups)
-        lam = rate * visits[k]
-        util.append(lam / cap if cap > 0 else (math.inf if lam > 0 else 0.0))
+    per_tier = _groups_by_tier(deployment, scenario, tiers, lns, chunk_tokens, max_running)
+    util = _utilisation(per_tier, rate, visits)
     worst = max(util) if util else 0.0
     capacity = rate / worst if worst > 0 else math.inf
     if worst >= 1.0:
@@ -128,80 +123,173 @@ def fast_evaluate(
     cs2_k = [v / t.mean_output**2 for v, t in zip(var_k, by_tier, strict=True)]
     cs2_pf_k = [max(t.input_sq_mean / max(t.mean_input**2, 1e-9) - 1.0, 0.0) for t in by_tier]
     # per tier: load-weighted fixed part A, per-token time tau, and slot-wait moments
-    tier_a: list[float] = []
-    tier_tau: list[float] = []
-    tier_w1: list[float] = []
-    tier_w2: list[float] = []
-    comps: list[tuple[int, float, float, float, float, float]] = []
+    cols = _TierColumns([], [], [], [])
+    comps: list[Component] = []
     prefill_rho = 0.0
     for k, groups in enumerate(per_tier):
         lam_k = rate * visits[k]
         if lam_k <= 0 or not groups:
-            for column in (tier_a, tier_tau, tier_w1, tier_w2):
-                column.append(0.0)
+            cols.add(0.0, 0.0, 0.0, 0.0)
             continue
-        rho = util[k]
-        slots = sum(c * s for _, c, _, s in groups)
-        ln = lns[k]
-        cs2, cs2_pf = cs2_k[k], cs2_pf_k[k]
-        at, shares = balance(groups, lam_k, ln)
         ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
-        a_sum = tau_sum = svc = 0.0
-        # the balancer sends each request to the replica with the fewest outstanding ones, so the tier's
-        # prefill stages pool: a prompt waits only when the replicas it could go to are all prefilling
-        prefill_rho_k = sum(sh * prho for sh, (_, _, _, _, prho, _, _) in zip(shares, at, strict=True))
-        pool = pooling(sum(c for _, c, _, _ in groups), prefill_rho_k)
-        for (_, count, _, _), (a, tau, wvar, svar, prho, wq, start), share in zip(groups, at, shares, strict=True):
-            a_sum += share * a
-            tau_sum += share * tau
-            svc += share * (a + tau * (ln.mean_out - 1))
-            # the curves assume Poisson arrivals (M/G/1 prefill stage); Kingman's G/G/1 factor scales the
-            # prefill wait and the clustering of the prefills that stall decoding for burstier arrivals. A
-            # replica sees the tier's stream thinned to its share p (Whitt: ca2 = 1 + p (ca2_tier - 1)).
-            # Pooling shortens the Poisson part of the wait, not the burst excess: a burst reaches every replica
-            ca2_rep = 1.0 + (ca2_k - 1.0) * share / count
-            gg = (ca2_rep + cs2_pf) / (1.0 + cs2_pf)
-            burst = wq * (gg - 1.0)
-            # the prompts queued behind a request when its prefill ends were sent to its replica while it was
-            # busy: the balancer pools those too (the decode-start wait is that queue's busy period)
-            a += (wq + start) * (pool - 1.0) + burst
-            wq = wq * pool + burst
-            extra_var = (wvar * pool + max(ln.mean_out - 1.0, 0.0) * svar) * gg * gg
-            comps.append((k, share, a, tau, wq, extra_var))
+        for prho in _tier_terms(k, groups, lam_k, util[k], lns[k], cs2_k[k], cs2_pf_k[k], ca2_k, cols, comps):
             prefill_rho = max(prefill_rho, prho)
-        p_wait = erlang_c(slots, rho)
-        wc = svc / (slots * (1.0 - rho)) * 0.5 * (ca2_k + cs2)
-        tier_a.append(a_sum)
-        tier_tau.append(tau_sum)
-        tier_w1.append(p_wait * wc)
-        tier_w2.append(2.0 * p_wait * wc * wc)
 
-    w_l, s_l, m_l, v_l = [], [], [], []
     if mode == "cascade":
-        total = max(visits[0], 1e-12)
-        for j in range(len(tiers)):
-            ends = visits[j] - (visits[j + 1] if j + 1 < len(tiers) else 0.0)
-            if ends <= 1e-12:
-                continue
-            # judged at every hop it passes, and at its own unless it is the last tier (engine.simulate)
-            # each hop generates its own tier's answer (tier_stats' lengths); one prompt's answers at two tiers
-            # are taken as perfectly correlated in length (as when every tier gave the same length), so their
-            # decode times' standard deviations add
-            a = sum(tier_a[: j + 1]) + (j + (j < len(tiers) - 1)) * judge_delay_s
-            tau = sum(tier_tau[: j + 1])
-            w1 = sum(tier_w1[: j + 1])
-            w2 = sum(tier_w2[i] - tier_w1[i] ** 2 for i in range(j + 1))
-            w_l.append(ends / total)
-            s_l.append(a - tau)
-            m_l.append(sum(tier_tau[i] * lns[i].mean_out for i in range(j + 1)) + w1)
-            v_l.append(sum(tier_tau[i] * math.sqrt(var_k[i]) for i in range(j + 1)) ** 2 + w2)
+        parts = _cascade_parts(visits, cols, lns, var_k, judge_delay_s)
     else:
-        for k, share, a, tau, wq, extra_var in comps:
-            # the prefill-stage wait is random: it joins the gamma-shaped variable part, not the shift
-            w_l.append(visits[k] * share)
-            s_l.append(a - wq - tau)
-            m_l.append(tau * lns[k].mean_out + tier_w1[k] + wq)
-            v_l.append(tau * tau * var_k[k] + tier_w2[k] - tier_w1[k] ** 2 + extra_var)
+        parts = _preroute_parts(visits, cols, lns, var_k, comps)
+    p50, p95, mean = _mixture(*parts)
+    conf = assess(worst, prefill_rho, stats.arrival_cv, True)
+    return FastResult(p95, p50, mean, rate, capacity, tuple(util), True, cost, conf, prefill_rho)
+
+
+def _groups_by_tier(
+    deployment: Sequence[ReplicaGroup],
+    scenario: Scenario,
+    tiers: list[str],
+    lns: Sequence[Lengths],
+    chunk_tokens: int,
+    max_running: int,
+) -> list[list[Group]]:
+    """The deployment's groups by tier (groups of tiers outside ``tiers`` are left out), with their
+    capacity and KV-limited batch under the tier's lengths."""
+    per_tier: list[list[Group]] = [[] for _ in tiers]
+    for i, g in enumerate(deployment):
+        if g.tier not in tiers:
+            continue
+        k = tiers.index(g.tier)
+        tm = replica_timing(i, g, scenario, chunk_tokens, max_running)
+        mu, slots = capacity_and_slots(tm, lns[k])
+        per_tier[k].append((tm, g.count, mu, slots))
+    return per_tier
+
+
+def _utilisation(per_tier: list[list[Group]], rate: float, visits: list[float]) -> list[float]:
+    """Per tier, offered rate over capacity: ``rate * visits[k] / sum(count * mu)`` (inf for load without
+    replicas, 0 for neither)."""
+    util = []
+    for k, groups in enumerate(per_tier):
+        cap = sum(c * mu for _, c, mu, _ in groups)
+        lam = rate * visits[k]
+        util.append(lam / cap if cap > 0 else (math.inf if lam > 0 else 0.0))
+    return util
+
+
+@dataclass(frozen=True)
+class _TierColumns:
+    """Per tier: the load-weighted time to first token A, per-token time tau, and the slot wait's first
+    moment ``w1`` and second moment ``w2`` (0 for a tier without load)."""
+
+    a: list[float]
+    tau: list[float]
+    w1: list[float]
+    w2: list[float]
+
+    def add(self, a: float, tau: float, w1: float, w2: float) -> None:
+        self.a.append(a)
+        self.tau.append(tau)
+        self.w1.append(w1)
+        self.w2.append(w2)
+
+
+def _tier_terms(
+    k: int,
+    groups: list[Group],
+    lam_k: float,
+    rho: float,
+    ln: Lengths,
+    cs2: float,
+    cs2_pf: float,
+    ca2_k: float,
+    cols: _TierColumns,
+    comps: list[Component],
+) -> list[float]:
+    """Tier k's latency terms at its offered rate ``lam_k`` and utilisation ``rho``: its row of ``cols``,
+    one component per group appended to ``comps``; returns each group's prefill utilisation.
+
+    The slot wait is the tier's G/G/c queue (module doc): ``P(wait) = erlang_c(slots, rho)`` times the mean
+    wait ``svc / (slots (1 - rho)) (ca^2 + cs^2) / 2``, taken as exponential (second moment ``2 wc^2``)."""
+    slots = sum(c * s for _, c, _, s in groups)
+    at, shares = balance(groups, lam_k, ln)
+    a_sum = tau_sum = svc = 0.0
+    # the balancer sends each request to the replica with the fewest outstanding ones, so the tier's
+    # prefill stages pool: a prompt waits only when the replicas it could go to are all prefilling
+    prefill_rho_k = sum(sh * prho for sh, (_, _, _, _, prho, _, _) in zip(shares, at, strict=True))
+    pool = pooling(sum(c for _, c, _, _ in groups), prefill_rho_k)
+    prhos = []
+    for (_, count, _, _), (a, tau, wvar, svar, prho, wq, start), share in zip(groups, at, shares, strict=True):
+        a_sum += share * a
+        tau_sum += share * tau
+        svc += share * (a + tau * (ln.mean_out - 1))
+        # the curves assume Poisson arrivals (M/G/1 prefill stage); Kingman's G/G/1 factor scales the
+        # prefill wait and the clustering of the prefills that stall decoding for burstier arrivals. A
+        # replica sees the tier's stream thinned to its share p (Whitt: ca2 = 1 + p (ca2_tier - 1)).
+        # Pooling shortens the Poisson part of the wait, not the burst excess: a burst reaches every replica
+        ca2_rep = 1.0 + (ca2_k - 1.0) * share / count
+        gg = (ca2_rep + cs2_pf) / (1.0 + cs2_pf)
+        burst = wq * (gg - 1.0)
+        # the prompts queued behind a request when its prefill ends were sent to its replica while it was
+        # busy: the balancer pools those too (the decode-start wait is that queue's busy period)
+        a += (wq + start) * (pool - 1.0) + burst
+        wq = wq * pool + burst
+        extra_var = (wvar * pool + max(ln.mean_out - 1.0, 0.0) * svar) * gg * gg
+        comps.append((k, share, a, tau, wq, extra_var))
+        prhos.append(prho)
+    p_wait = erlang_c(slots, rho)
+    wc = svc / (slots * (1.0 - rho)) * 0.5 * (ca2_k + cs2)
+    cols.add(a_sum, tau_sum, p_wait * wc, 2.0 * p_wait * wc * wc)
+    return prhos
+
+
+#: the mixture's components: weights, shifts, means and variances of their gamma-shaped variable parts
+Parts = tuple[list[float], list[float], list[float], list[float]]
+
+
+def _cascade_parts(
+    visits: list[float], cols: _TierColumns, lns: Sequence[Lengths], var_k: list[float], judge_delay_s: float
+) -> Parts:
+    """One component per cascade path (the requests that end at tier j), weighted by its share of requests.
+
+    A path is judged at every hop it passes, and at its own unless it is the last tier (engine.simulate).
+    Each hop generates its own tier's answer (tier_stats' lengths); one prompt's answers at two tiers are
+    taken as perfectly correlated in length (as when every tier gave the same length), so their decode
+    times' standard deviations add."""
+    w_l, s_l, m_l, v_l = [], [], [], []
+    n = len(cols.a)  # the tiers
+    total = max(visits[0], 1e-12)
+    for j in range(n):
+        ends = visits[j] - (visits[j + 1] if j + 1 < n else 0.0)
+        if ends <= 1e-12:
+            continue
+        a = sum(cols.a[: j + 1]) + (j + (j < n - 1)) * judge_delay_s
+        tau = sum(cols.tau[: j + 1])
+        w1 = sum(cols.w1[: j + 1])
+        w2 = sum(cols.w2[i] - cols.w1[i] ** 2 for i in range(j + 1))
+        w_l.append(ends / total)
+        s_l.append(a - tau)
+        m_l.append(sum(cols.tau[i] * lns[i].mean_out for i in range(j + 1)) + w1)
+        v_l.append(sum(cols.tau[i] * math.sqrt(var_k[i]) for i in range(j + 1)) ** 2 + w2)
+    return w_l, s_l, m_l, v_l
+
+
+def _preroute_parts(
+    visits: list[float], cols: _TierColumns, lns: Sequence[Lengths], var_k: list[float], comps: list[Component]
+) -> Parts:
+    """One component per replica group, weighted by its share of all requests. The prefill-stage wait is
+    random: it joins the gamma-shaped variable part, not the shift."""
+    w_l, s_l, m_l, v_l = [], [], [], []
+    for k, share, a, tau, wq, extra_var in comps:
+        w_l.append(visits[k] * share)
+        s_l.append(a - wq - tau)
+        m_l.append(tau * lns[k].mean_out + cols.w1[k] + wq)
+        v_l.append(tau * tau * var_k[k] + cols.w2[k] - cols.w1[k] ** 2 + extra_var)
+    return w_l, s_l, m_l, v_l
+
+
+def _mixture(w_l: list[float], s_l: list[float], m_l: list[float], v_l: list[float]) -> tuple[float, float, float]:
+    """(P50, P95, mean) of the weighted mixture of shifted gammas, each moment-matched to its mean m and
+    variance v: shape ``m^2 / v``, scale ``v / m``."""
     w = np.asarray(w_l)
     shift = np.asarray(s_l)
     m = np.maximum(np.asarray(m_l), 1e-9)
@@ -210,5 +298,4 @@ def fast_evaluate(
     scale = v / m
     p50, p95 = mixture_quantiles(w, shift, shape, scale, (0.5, 0.95))
     mean = float((w * (shift + m)).sum() / w.sum())
-    conf = assess(worst, prefill_rho, stats.arrival_cv, True)
-    return FastResult(p95, p50, mean, rate, capacity, tuple(util), True, cost, conf, prefill_rho)
+    return p50, p95, mean
