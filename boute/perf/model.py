@@ -300,22 +300,10 @@ def replica_perf(
     engine's fitted step overhead instead of the GPU's ``step_overhead_ms``. ``speed``: the engine's kernel
     speed against the reference (:func:`make_rates`; 1 for BOute's own engine).
     """
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got '{dtype}'")
-    kv_dtype = kv_dtype or default_kv_dtype(dtype)
-    if kv_dtype not in KV_DTYPE_BYTES:
-        raise ValueError(f"kv_dtype must be one of {sorted(KV_DTYPE_BYTES)}, got '{kv_dtype}'")
-    if not 0 < mem_fraction <= 1:
-        raise ValueError(f"mem_fraction must be in (0, 1], got {mem_fraction}")
+    kv_dtype = _checked_dtypes(dtype, kv_dtype, mem_fraction)
     st = structure or packaged_structure()
     eff = efficiency or gpu.efficiency
-    reasons: list[str] = []
-    if model.heads % tp:
-        reasons.append(f"tp={tp} does not divide {model.heads} attention heads")
-    if pp > model.layers:
-        reasons.append(f"pp={pp} exceeds {model.layers} layers")
-    if tp * pp > gpu.gpus_per_node:
-        reasons.append(f"tp*pp={tp * pp} exceeds {gpu.gpus_per_node} GPUs per node")
+    reasons = _layout_misfits(model, gpu, tp, pp)
     peak = peak_tflops(gpu, dtype)
     if peak is None:
         reasons.append(f"{gpu.name} has no {dtype.upper()} support")
@@ -332,9 +320,64 @@ def replica_perf(
             f"weights need {weights_gb:.1f} GB/GPU of {gpu.memory_gb:g} GB, leaving KV room for "
             f"{kv_tokens} tokens (< {MIN_KV_TOKENS})"
         )
+    return ReplicaPerf(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        pp=pp,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        fits=not reasons,
+        reason="; ".join(reasons),
+        weights_gb_per_gpu=weights_gb,
+        kv_gb_per_gpu=max(0.0, kv_gb),
+        kv_capacity_tokens=kv_tokens if not reasons else 0,
+        kv_bytes_per_token_per_gpu=kv_per_tok,
+        rates=_replica_rates(gpu, tp, dtype, peak, engine, st, eff, speed),
+        shape=shape,
+    )
+
+
+def _checked_dtypes(dtype: str, kv_dtype: str | None, mem_fraction: float) -> str:
+    """The KV dtype (``dtype``'s default when None); ValueError for an unknown dtype or a memory share
+    outside (0, 1]."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got '{dtype}'")
+    kv_dtype = kv_dtype or default_kv_dtype(dtype)
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise ValueError(f"kv_dtype must be one of {sorted(KV_DTYPE_BYTES)}, got '{kv_dtype}'")
+    if not 0 < mem_fraction <= 1:
+        raise ValueError(f"mem_fraction must be in (0, 1], got {mem_fraction}")
+    return kv_dtype
+
+
+def _layout_misfits(model: ModelSpec, gpu: GPUSpec, tp: int, pp: int) -> list[str]:
+    """Why the tp x pp layout cannot hold the model on this GPU type (empty when it can)."""
+    reasons: list[str] = []
+    if model.heads % tp:
+        reasons.append(f"tp={tp} does not divide {model.heads} attention heads")
+    if pp > model.layers:
+        reasons.append(f"pp={pp} exceeds {model.layers} layers")
+    if tp * pp > gpu.gpus_per_node:
+        reasons.append(f"tp*pp={tp * pp} exceeds {gpu.gpus_per_node} GPUs per node")
+    return reasons
+
+
+def _replica_rates(
+    gpu: GPUSpec,
+    tp: int,
+    dtype: str,
+    peak: float,
+    engine: EngineSpec | None,
+    st: Structure,
+    eff: Efficiency,
+    speed: float,
+) -> Rates:
+    """The replica's effective rates (:func:`make_rates`): the GPU's peaks scaled by its efficiency factors,
+    with the engine's fitted step overhead where an engine is given (else the GPU's)."""
     overhead = st.overhead_ms(engine.overhead_key) if engine is not None else eff.step_overhead_ms
     seq_overhead = st.seq_overhead_us_for(engine.overhead_key if engine is not None else "sglang")
-    rates = make_rates(
+    return make_rates(
         gemm_peak_tflops=peak,
         bf16_peak_tflops=gpu.tflops_bf16,
         bandwidth_gbs=gpu.bandwidth_gbs,
@@ -352,20 +395,4 @@ def replica_perf(
         ring_hop_latency_s=st.ring_hop_latency_s(gpu.link),
         **allreduce_limits(engine, gpu, tp),
         speed=speed,
-    )
-    return ReplicaPerf(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        pp=pp,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        fits=not reasons,
-        reason="; ".join(reasons),
-        weights_gb_per_gpu=weights_gb,
-        kv_gb_per_gpu=max(0.0, kv_gb),
-        kv_capacity_tokens=kv_tokens if not reasons else 0,
-        kv_bytes_per_token_per_gpu=kv_per_tok,
-        rates=rates,
-        shape=shape,
     )
