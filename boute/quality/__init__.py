@@ -13,7 +13,7 @@ Light to import (numpy only); torch/transformers/scikit-learn load inside the fu
 
 from boute.quality.build import build_quality_model, quality_model_for
 from boute.quality.judges import LLMJudge, OfflineVerifier, VerifierJudge, load_verifier, parse_rating
-from boute.quality.policy import PolicyResult, QualityModel
+from boute.quality.policy_quality import PolicyResult, QualityModel
 from boute.quality.profiles import QualityProfile, load_profile
 from boute.quality.router import Router, load_router, train_router
 
