@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
         """Load-sweep a live endpoint, fit efficiency factors for GPU type --gpu, write the calibration file.
 
         The run, the fit and every load point (TTFT, TPOT, throughput) are recorded in the tracking DB."""
-        from backends.profile.calibrate import Replica, compare, fit_sweep, measured_points, write_calibration
+        from backends.profile.calibrate import MeasuredReplica, compare, fit_sweep, measured_points, write_calibration
         from backends.profile.calibrate import write_results as save_results
         from backends.profile.loadgen import LoadPoint, run_sweep
         from boute.perf.calibration import apply_calibration, load_calibration
@@ -174,7 +174,7 @@ def register(app: typer.Typer) -> None:
         store = open_store(db)  # before the sweep: an unreachable DB fails in seconds, not after it
         try:
             swept = run_sweep(endpoint, served_model or model, points, api=api_kind)
-            replica = Replica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
+            replica = MeasuredReplica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
             mps = measured_points(swept, replica, source=f"boute profile perf {endpoint}")
             if not mps:
                 errs = sorted({e for r in swept for e in r.errors})

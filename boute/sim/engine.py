@@ -20,7 +20,7 @@ import numpy as np
 from boute.errors import BouteError, InfeasibleError
 from boute.perf import replica_perf, scenario_catalog
 from boute.sim.capacity import Lengths, replica_weights
-from boute.sim.replica import DECODE, IDLE, Replica
+from boute.sim.replica import DECODE, IDLE, SimReplica
 from boute.sim.result import SimResult
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
 from boute.specs.plan import Plan, ReplicaGroup, check_plan_hardware
@@ -104,11 +104,11 @@ def simulate(
     per_tier = workload.tier_output_tokens.tolist() if workload.tier_output_tokens is not None else None
     out = workload.output_tokens.tolist()
     weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
-    replicas: list[Replica] = []
-    by_tier: list[list[Replica]] = [[] for _ in tiers]
+    replicas: list[SimReplica] = []
+    by_tier: list[list[SimReplica]] = [[] for _ in tiers]
     for gi, (g, tm, weight) in enumerate(zip(plan.deployment, timings, weights, strict=True)):
         for _ in range(g.count):
-            r = Replica(len(replicas), tiers.index(g.tier), gi, tm, weight)
+            r = SimReplica(len(replicas), tiers.index(g.tier), gi, tm, weight)
             replicas.append(r)
             by_tier[r.tier].append(r)
     needed = np.unique(route) if not cascade else np.arange(int(route.max()) + 1 if n else 0)
@@ -136,7 +136,7 @@ def simulate(
     inf = math.inf
     capped = False
 
-    def push(r: Replica) -> None:
+    def push(r: SimReplica) -> None:
         nonlocal seq
         if r.plan != IDLE:
             seq += 1
