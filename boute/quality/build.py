@@ -165,7 +165,7 @@ def _model_info(
         "models": models,
         "n_queries": len(profile),
         "n_test": int(len(ladder.test)),
-        "router": fit.kind_info,
+        "router": fit.description,
         "router_kind": router_kind,
         # what serving loads to reproduce the routing: the router file (its weights; metadata beside it), and
         # every file a plan bundles for it (weights first)

@@ -22,6 +22,7 @@ What a plan's validator asks of a scorer (a router file? thresholds or prices?) 
 from __future__ import annotations
 
 import bisect
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -118,11 +119,11 @@ class TierCut:
 @dataclass(frozen=True)
 class RouterFit:
     """A kind trained for a quality model: how it pre-routes the profile's rows (None: the ladder's
-    ``route_all`` itself), the trained router (its ``metadata``) and the file a plan names, with every file it
-    bundles (weights first)."""
+    ``route_all`` itself), what the trained router is, and the file a plan names, with every file it bundles
+    (weights first)."""
 
     prerouting: PreRouting | None
-    kind_info: str | None  # the router's own description (its metadata's ``kind``)
+    description: str | None  # what the router is, in its own words (its metadata's ``kind``)
     file: Path
     files: list[Path]
 
@@ -137,7 +138,7 @@ def reference_prompts(reference: str, root: Path) -> tuple[str, ...]:
     return tuple(load_profile(_resolve(reference, root)).prompts)
 
 
-class RouterKind:
+class RouterKind(ABC):
     """One kind of pre-router, by the plan's scorer name (module doc). The defaults are a scorer cut by
     thresholds, trained by nothing, whose scores the re-plan loop does not read."""
 
@@ -154,9 +155,9 @@ class RouterKind:
         return SCORER_RULES[self.name]
 
     # ------------------------------------------------------------------------------------------ gateway
+    @abstractmethod
     def load(self, routing: Routing, root: Path, file: str | Path | None = None) -> Scorer:
         """The plan's scorer, its files resolved against ``root`` and checked (SpecError naming the field)."""
-        raise NotImplementedError
 
     def tier_cut(self, routing: Routing, scorer: Scorer, root: Path) -> TierCut:
         """The plan's thresholds, or (a plan with only fractions) the optimiser's rule applied to the reference
@@ -173,7 +174,7 @@ class RouterKind:
         self, profile: QualityProfile, models: list[str], ladder: LadderFit, cache_dir: Path | None, seed: int
     ) -> RouterFit:
         """This kind trained on ``ladder``'s training rows (kinds with ``trained`` only)."""
-        raise SpecError(None, "quality.router_kind", f"must be one of {', '.join(TRAINED_KINDS)}, got {self.name!r}")
+        raise _untrained(self.name)
 
     def files(self, path: str | Path) -> list[Path]:
         """Every file of this kind's router at ``path`` (weights first): what a plan bundles."""
@@ -214,8 +215,12 @@ def trained_kind(name: str) -> RouterKind:
     """The kind a scenario's ``quality.router_kind`` names (SpecError unless the optimiser trains it)."""
     kind = ROUTER_KINDS.get(name)
     if kind is None or not kind.trained:
-        raise SpecError(None, "quality.router_kind", f"must be one of {', '.join(TRAINED_KINDS)}, got {name!r}")
+        raise _untrained(name)
     return kind
+
+
+def _untrained(name: str) -> SpecError:
+    return SpecError(None, "quality.router_kind", f"must be one of {', '.join(TRAINED_KINDS)}, got {name!r}")
 
 
 def _checked(file: str | Path | None, load: Callable[[], T]) -> T:
