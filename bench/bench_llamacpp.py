@@ -44,14 +44,14 @@ def calibrate_llamacpp(
     ones that drift showed up as model error: one of three repeats missed a held-out TTFT by 25%.
     """
     from backends.llamacpp import DTYPE, GPU, MODEL, llamacpp_catalog, llamacpp_spec
-    from backends.profile.calibrate import Replica, compare, fit_sweep, measured_points, write_calibration
+    from backends.profile.calibrate import MeasuredReplica, compare, fit_sweep, measured_points, write_calibration
     from backends.profile.loadgen import run_sweep
     from backends.supervisor import Supervisor
     from boute.perf.calibration import apply_calibration, load_calibration
     from tests.services import free_port
 
     cat = llamacpp_catalog()
-    replica = Replica(model=MODEL, gpu=GPU, dtype=DTYPE, max_batch=1)
+    replica = MeasuredReplica(model=MODEL, gpu=GPU, dtype=DTYPE, max_batch=1)
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         logs = log_dir or Path(tmp)

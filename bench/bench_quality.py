@@ -43,7 +43,7 @@ def _embedding(quick: bool) -> dict[str, Any]:
 
 
 def _policy_speed() -> dict[str, Any]:
-    from boute.quality.policy import QualityModel
+    from boute.quality.policy_quality import QualityModel
 
     rng = np.random.default_rng(0)
     res: dict[str, Any] = {"n_test": 10_000, "goal_us": "well under 1000 us per policy"}

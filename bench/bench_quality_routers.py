@@ -168,13 +168,13 @@ def _compare(name: str, quick: bool) -> dict[str, Any]:
 
 
 def _tier_of_cost(multi: Any, p_all: np.ndarray, scores: np.ndarray) -> dict[str, float]:
-    """Per-request cost of the gateway's tier map for a multi plan (``router.policy.PricedScorer.tier_of``:
+    """Per-request cost of the gateway's tier map for a multi plan (``boute.quality.router_kinds.PricedScorer.tier_of``:
     difficulty -> argmax_k sigmoid(a_k + b_k d) - lambda_k, after the score it shares with the ladder), against
     the ladder's (a bisect on its thresholds), in microseconds per prompt over the test file's scores."""
     import bisect
 
     from boute.quality.multi import prices_for_shares
-    from router.policy import PricedScorer
+    from boute.quality.router_kinds import PricedScorer
 
     k = multi.coef.shape[0] if multi.calib is None else multi.calib.shape[0]
     priced = PricedScorer(multi, [float(v) for v in prices_for_shares(p_all, np.full(k, 1.0 / k))])
@@ -192,7 +192,7 @@ def _tier_of_cost(multi: Any, p_all: np.ndarray, scores: np.ndarray) -> dict[str
 
 
 def _coverage(qm: Any, scores: np.ndarray, quick: bool) -> dict[str, Any]:
-    from boute.quality.policy import QualityModel
+    from boute.quality.policy_quality import QualityModel
 
     rng = np.random.default_rng(0)
     n_all, n = len(qm.route_all), qm.n_test

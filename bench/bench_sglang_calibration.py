@@ -64,7 +64,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(quick: bool = False, seed: int = 30, n_held_out: int | None = None) -> dict[str, Any]:
     from backends.llamacpp import llamacpp_catalog
-    from backends.profile.calibrate import Replica, compare, measured_points
+    from backends.profile.calibrate import MeasuredReplica, compare, measured_points
     from backends.profile.loadgen import LoadPoint, run_sweep
     from backends.sglang.cpu import server_install, start_cpu_replica
     from boute.errors import BouteError
@@ -102,7 +102,7 @@ def run(quick: bool = False, seed: int = 30, n_held_out: int | None = None) -> d
             held_s = time.monotonic() - t1
         finally:
             replica.stop()
-    held = measured_points(swept, Replica(model=MODEL, gpu=GPU, dtype=DTYPE), "held-out")
+    held = measured_points(swept, MeasuredReplica(model=MODEL, gpu=GPU, dtype=DTYPE), "held-out")
     before, after = compare(held, cat), compare(held, calibrated)
     return {
         "engine": "SGLang 0.5.23 CPU engine (torch_native attention), SmolLM2-135M-Instruct bf16, 2 shared cores",

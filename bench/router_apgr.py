@@ -24,7 +24,7 @@ TIERS = [MIXTRAL, GPT4]
 
 def apgr(profile: Any, route_all: np.ndarray, test: np.ndarray) -> float:
     from boute.quality.metrics import evaluate
-    from boute.quality.policy import QualityModel
+    from boute.quality.policy_quality import QualityModel
 
     cols = [profile.models.index(m) for m in TIERS]
     qm = QualityModel(("small", "large"), profile.scores[np.ix_(test, cols)], test, route_all)

@@ -39,7 +39,7 @@ class StatusClient(Protocol):
 
 
 @dataclass(slots=True, eq=False)
-class Replica:
+class BackendState:
     """Runtime state of one backend; objects survive plan/registry updates so counters stay exact."""
 
     spec: BackendSpec
@@ -90,8 +90,8 @@ class Balancer:
 
     def __init__(self, settings: Settings, on_trip: Callable[[str], None] | None = None) -> None:
         self.settings = settings
-        self.pools: dict[str, list[Replica]] = {}
-        self.by_id: dict[str, Replica] = {}
+        self.pools: dict[str, list[BackendState]] = {}
+        self.by_id: dict[str, BackendState] = {}
         self._on_trip = on_trip
         self._rr = 0
         self._weights_of: tuple[Plan | None, Weights] | None = None  # the plan's replica capacities
@@ -108,8 +108,8 @@ class Balancer:
             if self._weights_of[1].source != "plan":
                 log.info("replica weights: capacities under the %s's request lengths", self._weights_of[1].source)
         weights = self._weights_of[1]
-        pools: dict[str, list[Replica]] = {}
-        by_id: dict[str, Replica] = {}
+        pools: dict[str, list[BackendState]] = {}
+        by_id: dict[str, BackendState] = {}
         for spec in backends:
             if tiers is not None and spec.tier not in tiers:
                 continue
@@ -118,7 +118,7 @@ class Balancer:
             if old is not None and old.spec == spec:
                 rep = old
             else:
-                rep = Replica(spec)
+                rep = BackendState(spec)
                 if old is not None:
                     rep.outstanding, rep.healthy, rep.open_until = old.outstanding, old.healthy, old.open_until
             rep.weight = weight  # normalised below; 0 = unknown hardware
@@ -146,7 +146,7 @@ class Balancer:
         return weights.of((spec.model, gpu, tp, pp, dtype)) or 0.0
 
     # ---- picking ------------------------------------------------------------------------------
-    def pick(self, tier: str, exclude: tuple[Replica, ...] = ()) -> Replica | None:
+    def pick(self, tier: str, exclude: tuple[BackendState, ...] = ()) -> BackendState | None:
         """The available replica with the least outstanding requests per unit of capacity."""
         reps = self.pools.get(tier)
         if not reps:
@@ -154,7 +154,7 @@ class Balancer:
         now = time.monotonic()
         n = len(reps)
         self._rr = (self._rr + 1) % n  # rotate the scan start so ties spread out
-        best: Replica | None = None
+        best: BackendState | None = None
         best_load = 0.0
         for i in range(n):
             r = reps[(self._rr + i) % n]
@@ -174,11 +174,11 @@ class Balancer:
         return {t: sum(r.available(now) for r in reps) for t, reps in self.pools.items()}
 
     # ---- passive health / circuit breaker ------------------------------------------------------
-    def success(self, r: Replica) -> None:
+    def success(self, r: BackendState) -> None:
         r.served += 1
         r.failures = 0
 
-    def failure(self, r: Replica, *, refused: bool = False, charge: bool = True) -> None:
+    def failure(self, r: BackendState, *, refused: bool = False, charge: bool = True) -> None:
         """A request failed on ``r``. ``charge``: the failure is the replica's (connection-level, 5xx) and counts
         toward its circuit; one that may be the request's own (a read timeout) is only counted in ``failed``,
         so a heavy request retried across a tier cannot trip it (issue 28)."""
@@ -191,7 +191,7 @@ class Balancer:
             if self._on_trip is not None:
                 self._on_trip(r.id)
 
-    def trip(self, r: Replica, ttl: float) -> None:
+    def trip(self, r: BackendState, ttl: float) -> None:
         r.open_until = max(r.open_until, time.monotonic() + ttl)
         r.failures = max(r.failures, self.settings.cb_failures)
 
@@ -216,7 +216,7 @@ class Balancer:
                 log.info("replica %s is now %s", r.id, "healthy" if ok else "unhealthy")
             r.healthy = ok
 
-    async def _check(self, client: StatusClient, r: Replica) -> bool | None:
+    async def _check(self, client: StatusClient, r: BackendState) -> bool | None:
         """``GET /health`` through the gateway's upstream pool (:class:`router.upstream.Pool`): True when it
         answers 200, False when it refuses, drops the connection or answers otherwise, None when no answer
         came within ``health_timeout_s``. Why a third outcome: a replica busy with a heavy request can answer

@@ -33,10 +33,10 @@ from router.openai_io import (
     response_text,
     wants_usage,
 )
-from router.policy import RoutePolicy, endpoint_judge
 from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
 from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
 from router.request_body import read_body
+from router.routing import RoutePolicy, endpoint_judge
 from router.state import SharedState
 
 log = logging.getLogger("boute.router")

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from boute.serving.auth import replica_token
-from router.balancer import Balancer, Replica
+from router.balancer import BackendState, Balancer
 from router.config import Settings
 from router.upstream import Connection, Endpoint, Pool, UpstreamError
 
@@ -51,7 +51,7 @@ class Unanswered(Exception):
 class Result:
     status: int
     body: bytes
-    replica: Replica
+    replica: BackendState
     upstream_s: float
 
 
@@ -61,7 +61,7 @@ class Stream:
 
     conn: Connection
     first: bytes
-    replica: Replica
+    replica: BackendState
     upstream_s: float
     finished: bool = False
     failed: bool = False  # ended by an upstream failure mid-stream (the client got an SSE error event)
@@ -73,7 +73,7 @@ def make_client(settings: Settings) -> Pool:
     return Pool(settings.connect_timeout_s, settings.upstream_timeout_s, token=replica_token())
 
 
-def _endpoint(pool: Pool, r: Replica) -> Endpoint:
+def _endpoint(pool: Pool, r: BackendState) -> Endpoint:
     """The replica's parsed address, cached on the replica (parsing costs µs per request)."""
     ep = r.targets.get("")
     if ep is None:
@@ -88,13 +88,13 @@ class Proxy:
         self.attempts = settings.retries + 1
 
     @staticmethod
-    def _payload(body: dict[str, Any], replica: Replica) -> bytes:
+    def _payload(body: dict[str, Any], replica: BackendState) -> bytes:
         """The client's body with ``model`` set to the replica's model (everything else unchanged)."""
         return orjson.dumps({**body, "model": replica.spec.model})
 
     async def complete(self, tier: str, path: str, body: dict[str, Any]) -> Result:
         """Non-streaming call; 4xx answers are the client's fault and passed through without retry."""
-        tried: tuple[Replica, ...] = ()
+        tried: tuple[BackendState, ...] = ()
         last: str | None = None
         bal = self.balancer
         pool = self.client
@@ -128,7 +128,7 @@ class Proxy:
 
     async def open_stream(self, tier: str, path: str, body: dict[str, Any]) -> Stream | Result:
         """Open a streaming call and read its first chunk; a 4xx comes back as a Result instead."""
-        tried: tuple[Replica, ...] = ()
+        tried: tuple[BackendState, ...] = ()
         last: str | None = None
         bal = self.balancer
         pool = self.client

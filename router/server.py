@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.plan:  # a plan that cannot be served is one line and exit 2, before anything listens
         from boute.errors import BouteError
         from boute.serving.bundle import open_plan
-        from router.policy import RoutePolicy, endpoint_judge
+        from router.routing import RoutePolicy, endpoint_judge
 
         try:
             plan = open_plan(settings.plan)

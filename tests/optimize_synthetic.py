@@ -17,7 +17,7 @@ import numpy as np
 from boute.optimize.evaluators import OVERLOAD_P95_S, EvalResult
 from boute.optimize.space import Candidate
 from boute.perf import replica_perf, scenario_catalog
-from boute.quality.policy import PolicyResult
+from boute.quality.policy_quality import PolicyResult
 from boute.specs import Scenario
 
 

@@ -108,7 +108,7 @@ def test_profile_perf_calibrates_the_real_engine(engine: str, tmp_path: Path, ca
     ``python -m bench llamacpp``: this test runs while other work may share the CPU, so it asserts the
     direction only."""
     from backends.llamacpp import CATALOG_FILE
-    from backends.profile.calibrate import Replica, compare, measured_points
+    from backends.profile.calibrate import MeasuredReplica, compare, measured_points
     from backends.profile.loadgen import LoadPoint, run_sweep
     from boute.catalog import load_catalog_file
     from boute.cli.main import main as cli_main
@@ -146,7 +146,7 @@ def test_profile_perf_calibrates_the_real_engine(engine: str, tmp_path: Path, ca
     # it did (seen once in a fresh-clone CI run: held-out TTFT error 91.6% before calibration, 176.5% after)
     shapes = [(32, 16), (160, 16), (384, 16)] * 2
     swept = run_sweep(engine, MODEL, [LoadPoint(1, i, o, 3) for i, o in shapes], api="completions")
-    replica = Replica(model=MODEL, gpu=GPU, dtype=DTYPE, max_batch=1)
+    replica = MeasuredReplica(model=MODEL, gpu=GPU, dtype=DTYPE, max_batch=1)
     fit_pts = measured_points([r for r in swept if r.point.input_len != 160], replica)
     held = measured_points([r for r in swept if r.point.input_len == 160], replica)
     cat = load_catalog_file(CATALOG_FILE)

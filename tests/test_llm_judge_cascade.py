@@ -24,7 +24,7 @@ from backends.profile.quality import Example, Tier, profile_quality
 from boute.errors import SpecError
 from boute.quality import LLMJudge
 from boute.quality.build import build_quality_model
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.quality.profiles import load_profile
 from tests.cli import run_cli
 from tests.judge_server import FakeJudge
@@ -194,7 +194,7 @@ def test_optimize_writes_a_plan_judged_by_the_llm_its_thresholds_were_cut_on(tmp
     from boute.optimize.plan_run import PlanRequest, make_plan
     from boute.optimize.space import Candidate
     from boute.quality import quality_model_for
-    from boute.quality.policy import CascadeJudge
+    from boute.quality.policy_quality import CascadeJudge
     from boute.scenarios import builtin_scenario_path
     from boute.specs import load_scenario
     from boute.specs.io import read_mapping
@@ -240,7 +240,7 @@ def test_optimize_writes_a_plan_judged_by_the_llm_its_thresholds_were_cut_on(tmp
         assert slow - fast == pytest.approx(0.5 - 0.002, rel=0.05), kind.name
 
     # the gateway judges it with that model only: another one at BOUTE_JUDGE_URL is refused in one line
-    from router.policy import endpoint_judge
+    from router.routing import endpoint_judge
 
     judge = endpoint_judge(r, "http://127.0.0.1:9/v1", "judge-m", 1.0)
     assert isinstance(judge, LLMJudge) and judge.model == "judge-m"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backends.profile.calibrate import Replica, compare, fit_sweep, measured_points, write_calibration
+from backends.profile.calibrate import MeasuredReplica, compare, fit_sweep, measured_points, write_calibration
 from backends.profile.loadgen import LoadPoint, run_sweep
 from backends.supervisor import ProcessSpec, Supervisor
 from boute.catalog import builtin_catalog
@@ -61,7 +61,7 @@ def test_calibration_recovers_the_emulated_timing(emulated: str, tmp_path: Path)
     cat = builtin_catalog()
     points = [LoadPoint(1, i, 24, 3) for i in (64, 512, 1024)] + [LoadPoint(4, 256, 24, 4)]
     res = run_sweep(emulated, "small", points)
-    mps = measured_points(res, Replica(model="llama-3.2-1b", gpu="rtx-4090"))
+    mps = measured_points(res, MeasuredReplica(model="llama-3.2-1b", gpu="rtx-4090"))
     assert {p.metric for p in mps} == {"ttft_ms", "tpot_ms"} and len(mps) == 8
     fit = fit_sweep(mps, cat, "rtx-4090")
     out = write_calibration(tmp_path / "cal.yaml", fit)

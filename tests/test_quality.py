@@ -16,7 +16,7 @@ from boute.quality import load_profile, load_router
 from boute.quality.build import build_quality_model
 from boute.quality.embed import Embedder
 from boute.quality.metrics import evaluate, oracle_curve
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.quality.router import difficulty_levels, train_router
 
 MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"

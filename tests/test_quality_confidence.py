@@ -13,7 +13,7 @@ from boute.optimize.plan_run import PlanRequest, make_plan
 from boute.quality import quality_model_for
 from boute.quality.build import profile_for, tier_models
 from boute.quality.confidence import lower_bound
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.specs.scenario import load_scenario, with_quality_confidence
 from boute.specs.targets import Targets
 

@@ -102,10 +102,10 @@ def test_the_gateway_scores_a_multi_plan_by_difficulty_and_the_replan_loop_follo
     running multi plan under a harder mix is judged by the shares its prices give under that mix."""
     from boute.quality.build import profile_for
     from boute.quality.multi import load_multi_router, route
+    from boute.quality.router_kinds import PricedScorer
     from boute.replan.observed import running_fractions
     from boute.specs import Plan
     from boute.specs.scenario import ScoreMix
-    from router.policy import PricedScorer
 
     sc, qm = gsm8k_multi
     router = load_multi_router(qm.info["router_path"])
@@ -142,7 +142,7 @@ def test_the_quality_model_with_multi_splits_the_calibration_prompts_by_the_frac
     from boute.quality.multi import load_multi_router, route
 
     _, qm = gsm8k_multi
-    assert qm.router_kind == "multi" and qm.scorer == "multi"
+    assert qm.router_kind == "multi"
     everyone = np.arange(len(qm.route_all))
     tier = qm.assign(everyone, fractions)
     np.testing.assert_allclose(np.bincount(tier, minlength=2) / len(everyone), fractions, atol=1.5 / len(everyone))
@@ -189,9 +189,10 @@ def test_a_multi_plan_round_trips_with_infinite_prices_and_is_refused_when_damag
     import json
 
     from boute.errors import SpecError
+    from boute.quality.router_kinds import PricedScorer
     from boute.serving.bundle import open_plan
     from boute.specs.plan import Routing
-    from router.policy import PricedScorer, load_scorer
+    from router.routing import load_scorer
 
     sc, qm = gsm8k_multi
     out = _multi_plan(sc, qm, [1.0, 0.0], tmp_path / f"plan{suffix}")
@@ -307,9 +308,10 @@ def test_one_rule_maps_fractions_to_prices_for_the_optimiser_and_the_gateway(gsm
     optimiser descends from a nearby policy's); a search result keeps its prices through the tracking DB."""
     from boute.optimize.evaluators.base import EvalResult
     from boute.quality.multi import load_multi_router, route
+    from boute.quality.router_kinds import reference_prompts
     from boute.serving.bundle import open_plan
     from boute.specs.plan import Routing
-    from router.policy import load_scorer, reference_prompts
+    from router.routing import load_scorer
 
     sc, qm = gsm8k_multi
     qm.preroute([0.3, 0.7])  # the optimiser's prices for f below then descend from these

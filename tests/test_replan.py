@@ -69,7 +69,7 @@ def test_harder_traffic_is_planned_as_a_mix_the_running_cut_and_the_answers_it_e
     ref = quality_model_for(sc).route_all
     cut = float(np.quantile(ref, 0.7))
     plan = PLAN.model_copy(
-        update={"routing": PLAN.routing.model_copy(update={"scorer": "learned", "router": "r", "thresholds": [cut]})}
+        update={"routing": PLAN.routing.model_copy(update={"scorer": "ladder", "router": "r", "thresholds": [cut]})}
     )
     promise = Promise(3.0, 5.0, np.full(100, 300.0), ref, {})
     rng = np.random.default_rng(1)

@@ -12,6 +12,7 @@ import pytest
 
 from boute.catalog import builtin_catalog
 from boute.errors import SpecError
+from boute.quality.router_kinds import LengthScorer
 from boute.quality.shares import thresholds_for_fractions
 from boute.serving import BackendSpec
 from boute.serving.weights import REFERENCE_LENGTHS
@@ -20,7 +21,7 @@ from boute.specs.plan import Plan
 from router.balancer import Balancer
 from router.config import Settings
 from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
-from router.policy import LengthScorer, RoutePolicy
+from router.routing import RoutePolicy
 from tests.stack import TEST_PLAN
 
 

@@ -38,7 +38,7 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     plan = open_plan(made / "plan.json")
-    assert plan.routing.scorer == "learned" and plan.routing.thresholds is not None
+    assert plan.routing.scorer == "ladder" and plan.routing.thresholds is not None
     assert plan.routing.router is not None and plan.routing.router.startswith("plan.bundle/router-")
     assert plan.predicted is not None and plan.predicted.tier_shares is not None
 

@@ -28,11 +28,11 @@ from boute.catalog import Catalog, Efficiency
 from boute.perf.calibration import FitResult, MeasuredPoint, fit_efficiency, predict_point
 from boute.specs.io import read_mapping, write_atomic
 
-__all__ = ["Replica", "compare", "fit_sweep", "measured_points", "write_calibration", "write_results"]
+__all__ = ["MeasuredReplica", "compare", "fit_sweep", "measured_points", "write_calibration", "write_results"]
 
 
 @dataclass(frozen=True)
-class Replica:
+class MeasuredReplica:
     """What was measured: a catalog model on a catalog GPU type with its parallelism and dtype."""
 
     model: str
@@ -43,7 +43,7 @@ class Replica:
     max_batch: int | None = None  # the engine's own cap on concurrent sequences (1 for a serial server)
 
 
-def measured_points(results: Sequence[PointResult], replica: Replica, source: str = "") -> list[MeasuredPoint]:
+def measured_points(results: Sequence[PointResult], replica: MeasuredReplica, source: str = "") -> list[MeasuredPoint]:
     """TTFT and TPOT points of the closed-loop results the replica model can explain."""
     out: list[MeasuredPoint] = []
     for r in results:

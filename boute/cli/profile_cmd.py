@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from backends.profile.calibrate import Replica
+    from backends.profile.calibrate import MeasuredReplica
     from backends.profile.loadgen import Api, LoadPoint, PointResult
     from backends.profile.quality import Tier
     from boute.catalog import Catalog
@@ -157,7 +157,7 @@ class _Sweep:
         return cls(conc_vals, in_vals, out_vals, rate_vals, points)
 
 
-def _fit(swept: list[PointResult], cat: Catalog, replica: Replica, endpoint: str, out: Path) -> dict[str, Any]:
+def _fit(swept: list[PointResult], cat: Catalog, replica: MeasuredReplica, endpoint: str, out: Path) -> dict[str, Any]:
     """Fit the GPU type's efficiency factors to the sweep and write the calibration file ``out``; returns the
     run's calibration record (the factors, and the median |error| of the model on the measured points
     before and after the fit)."""
@@ -218,7 +218,7 @@ def perf_cmd(
     """Load-sweep a live endpoint, fit efficiency factors for GPU type --gpu, write the calibration file.
 
     The run, the fit and every load point (TTFT, TPOT, throughput) are recorded in the tracking DB."""
-    from backends.profile.calibrate import Replica
+    from backends.profile.calibrate import MeasuredReplica
     from backends.profile.calibrate import write_results as save_results
     from backends.profile.loadgen import run_sweep
     from boute.tracking import open_store
@@ -229,7 +229,7 @@ def perf_cmd(
     store = open_store(db)  # before the sweep: an unreachable DB fails in seconds, not after it
     try:
         swept = run_sweep(endpoint, served_model or model, sweep.points, api=api_kind)
-        replica = Replica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
+        replica = MeasuredReplica(model=model, gpu=gpu, tp=tp, pp=pp, dtype=dtype, max_batch=max_batch)
         calibration = _fit(swept, cat, replica, endpoint, out)
         meta = {"endpoint": endpoint, "model": model, "gpu": gpu, "tp": tp, "pp": pp, "dtype": dtype}
         raw = results or out.with_suffix(".results.json")

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
             check_plan_hardware(p, sc.catalog, plan)
             summary["plan_cost_per_hour"] = round(sum(sc.price(g.gpu) * g.gpus_used for g in p.deployment), 4)
             summary["plan_gpus"] = p.gpus_used()
-            summary["plan_scorer"] = p.routing.scorer
+            summary["plan_scorer"] = p.routing.model_dump(include={"scorer"})["scorer"]  # as the plan spells it
             summary["plan_artifacts"] = len(p.artifacts)
         if as_json:
             typer.echo(json.dumps(summary))

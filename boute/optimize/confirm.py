@@ -43,7 +43,7 @@ from boute.optimize.registry import make_strategy
 from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate
 from boute.optimize.trials import Trial, feasible_mask, figures
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.specs.targets import Targets
 
 #: status of a confirming re-evaluation of a search trial, and of a trial of the continued search

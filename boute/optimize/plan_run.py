@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerError
 from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
-from boute.quality.policy import JUDGES
-from boute.quality.preroute import ROUTER_KINDS
+from boute.quality.policy_quality import JUDGES
+from boute.quality.router_kinds import TRAINED_KINDS
 from boute.serving.registry import DEFAULT_REDIS_URL
 from boute.specs.plan import ROUTING_MODES
 
@@ -101,8 +101,8 @@ class PlanRequest:
             raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: {', '.join(ROUTING_MODES)})")
         if self.judge is not None and self.judge not in JUDGES:
             raise BouteError(f"--judge: unknown cascade judge '{self.judge}' (known: {', '.join(JUDGES)})")
-        if self.router is not None and self.router not in ROUTER_KINDS:
-            raise BouteError(f"--router: unknown pre-router '{self.router}' (known: {', '.join(ROUTER_KINDS)})")
+        if self.router is not None and self.router not in TRAINED_KINDS:
+            raise BouteError(f"--router: unknown pre-router '{self.router}' (known: {', '.join(TRAINED_KINDS)})")
         if self.quality_floor is not None and not 0 <= self.quality_floor <= 1:
             raise BouteError(f"--quality-floor: {self.quality_floor} is not in [0, 1]")
         if self.quality_confidence is not None and not 0.5 <= self.quality_confidence < 1:

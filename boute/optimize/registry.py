@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from boute.optimize.evaluators.base import Evaluator
     from boute.optimize.space import Space
     from boute.optimize.strategies.base import Strategy
-    from boute.quality.policy import QualityModel
+    from boute.quality.policy_quality import QualityModel
     from boute.specs import Scenario
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from boute.optimize.evaluators.base import policy_of
 from boute.optimize.space import Candidate, Space
-from boute.quality.policy import PolicyResult, QualityModel
+from boute.quality.policy_quality import PolicyResult, QualityModel
 from boute.specs import ReplicaGroup
 from boute.specs.targets import meets_floor
 

@@ -239,9 +239,9 @@ def build_plan(
     router: str | None = None,
     verifier: str | None = None,
     judge_model: str | None = None,
-    scorer: str = "learned",
+    scorer: str = "ladder",
 ) -> Plan:
-    """The final plan, routed by ``router`` (a ``scorer``: ``learned``, the ladder, or ``multi``) or (a
+    """The final plan, routed by ``router`` (a ``scorer``: ``ladder`` or ``multi``) or (a
     cascade) judged by ``verifier`` or the LLM judge ``judge_model``: the search's quality model's router or
     judge, on whose scores its thresholds (or prices) were cut."""
     t = out.final

@@ -12,7 +12,9 @@ CPU cores for GSM8K), later calls take well under a second.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +22,14 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.judges import DEFAULT_VERIFIER_EMBEDDER
-from boute.quality.policy import CascadeJudge, QualityModel
-from boute.quality.preroute import ROUTER_KINDS, MultiRouting, PreRouting
+from boute.quality.policy_quality import CascadeJudge, QualityModel
 from boute.quality.profiles import QualityProfile, load_profile
+from boute.quality.router import Router
+from boute.quality.router_kinds import RouterFit, trained_kind
 from boute.quality.shares import mix_weights
+from boute.quality.trained import LadderFit, ladder_fit
 
 if TYPE_CHECKING:
-    from boute.quality.multi import MultiRouter
     from boute.specs.scenario import Scenario
 
 _MEMO: dict[tuple[Any, ...], QualityModel] = {}
@@ -70,167 +73,112 @@ def build_quality_model(
     verifier, or (``judge="llm"``) the LLM judge's recorded scores (SpecError naming the profile and field
     when it has none).
 
-    ``router_kind="multi"``: pre-route policies come from the multi router (:mod:`boute.quality.multi`),
-    trained on the ladder's training rows (cached like it), so both routers share the held-out set and the
-    calibration prompts; the plan ships the multi router (``info["router_path"]``)."""
-    from boute.quality.embed import Embedder
-    from boute.quality.router import load_router, split_indices
+    Four steps: the ladder and its held-out split (:func:`~boute.quality.trained.ladder_fit`), the cascade's
+    judge on the ladder's training rows (:func:`cascade_judging`), the scenario's pre-router trained beside
+    the ladder (:meth:`~boute.quality.router_kinds.RouterKind.fit`: ``router_kind="multi"`` trains the multi
+    router on the ladder's training rows, cached like it, so both share the held-out set and the calibration
+    prompts; the plan ships it, ``info["router_path"]``), and the model over the held-out rows."""
+    kind = trained_kind(router_kind)
+    minilm = _minilm(profile, cache_dir)
+    ladder = ladder_fit(profile, models, router_path, cache_dir, seed, test_fraction)
+    judging = cascade_judging(profile, models, judge, ladder.train, cache_dir, seed, minilm)
+    fit = kind.fit(profile, models, ladder, cache_dir, seed)
+    cols = np.asarray([profile.models.index(m) for m in models], dtype=np.int64)
+    return QualityModel(
+        tiers=tuple(tier_names or models),
+        test_scores=profile.scores[np.ix_(ladder.test, cols)],
+        test_index=ladder.test,
+        route_all=_ladder_scores(ladder.router, profile, minilm),
+        cascade_scores=judging.scores if len(models) > 1 else None,
+        info=_model_info(profile, models, router_kind, ladder, fit, judging),
+        judge=judging.judge,
+        prerouting=fit.prerouting,
+    )
 
-    minilm: list[np.ndarray] = []
 
-    def emb() -> np.ndarray:
-        """MiniLM embeddings of the prompts (disk-cached): for a MiniLM router or verifier only; a static
-        router or verifier embeds with its own table in milliseconds."""
-        if not minilm:
-            minilm.append(Embedder(cache_dir).embed(profile.prompts))
-        return minilm[0]
+def _minilm(profile: QualityProfile, cache_dir: Path | None) -> Callable[[], np.ndarray]:
+    """MiniLM embeddings of the prompts (disk-cached), computed on the first call: for a MiniLM router or
+    verifier only; a static router or verifier embeds with its own table in milliseconds."""
 
-    if router_path is not None:
-        router_file = Path(router_path)
-        router = load_router(router_path, cache_dir)
-        if router.n_tiers != len(models):
-            raise SpecError(
-                router_path, "n_tiers", f"router was trained for {router.n_tiers} tiers, scenario has {len(models)}"
-            )
-        split = router.metadata.get("split", {})
-        if router.metadata.get("profile", {}).get("hash") == profile.content_hash and "test_indices" in split:
-            test = np.asarray(split["test_indices"], dtype=np.int64)
-            train = np.setdiff1d(np.arange(len(profile)), test)
-        else:  # trained on other data: every query of this profile is held out for it
-            test, train = np.arange(len(profile)), split_indices(len(profile), test_fraction, seed)[0]
-    else:
-        router, train, test, router_file = _trained_router(profile, models, cache_dir, seed, test_fraction)
-    cols = [profile.models.index(m) for m in models]
+    @functools.cache
+    def embeddings() -> np.ndarray:
+        from boute.quality.embed import Embedder
 
+        return Embedder(cache_dir).embed(profile.prompts)
+
+    return embeddings
+
+
+def _ladder_scores(router: Router, profile: QualityProfile, minilm: Callable[[], np.ndarray]) -> np.ndarray:
+    """The ladder's difficulty of every profile prompt (``route_all``): a static router embeds with its own
+    table (milliseconds); a MiniLM one reuses the cached embeddings."""
+    if router.static is not None:
+        return router.score(profile.prompts)
+    return router.score_embeddings(minilm(), profile.prompts)
+
+
+@dataclass(frozen=True)
+class CascadeJudging:
+    """The judge a cascade's thresholds are cut on, its scores of every non-final tier's answer (computed on
+    first use), and the verifier's file (None for an LLM judge)."""
+
+    judge: CascadeJudge
+    scores: Callable[[], np.ndarray]
+    verifier_file: Path | None
+
+
+def cascade_judging(
+    profile: QualityProfile,
+    models: list[str],
+    judge: str,
+    train: np.ndarray,
+    cache_dir: Path | None,
+    seed: int,
+    minilm: Callable[[], np.ndarray],
+) -> CascadeJudging:
+    """``judge="llm"`` (with two tiers or more): the LLM judge the profile recorded, and its scores; else the
+    offline verifier trained on rows ``train`` (lazily: a pre-route search never computes its scores)."""
     cascade_judge = recorded_llm_judge(profile, models) if judge == "llm" and len(models) > 1 else CascadeJudge()
-    llm = cascade_judge.kind == "llm"
-    verifier_file = None if llm else verifier_path(profile, models, train, cache_dir, seed)
+    if cascade_judge.kind == "llm":
+        return CascadeJudging(cascade_judge, lambda: llm_judge_scores(profile, models), None)
+    path = verifier_path(profile, models, train, cache_dir, seed)
 
-    def cascade_scores() -> np.ndarray:
-        if verifier_file is None:  # an LLM judge's recorded scores
-            return llm_judge_scores(profile, models)
-        return verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=verifier_file, minilm=emb)
+    def scores() -> np.ndarray:
+        return verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=path, minilm=minilm)
 
-    prerouting: PreRouting | None = None
-    routed_by: Any = router
-    if router_kind == "multi":
-        # a router trained here is the multi router's level head already (same rows, seed, relative levels)
-        ladder = router if router_path is None else None
-        routed_by, router_file = _trained_multi_router(profile, models, train, cache_dir, seed, ladder)
-        prerouting = MultiRouting(routed_by.predict(profile.prompts))
-    elif router_kind != "ladder":
-        raise SpecError(None, "quality.router_kind", f"must be one of {', '.join(ROUTER_KINDS)}, got {router_kind!r}")
-    info = {
+    return CascadeJudging(cascade_judge, scores, path)
+
+
+def _model_info(
+    profile: QualityProfile,
+    models: list[str],
+    router_kind: str,
+    ladder: LadderFit,
+    fit: RouterFit,
+    judging: CascadeJudging,
+) -> dict[str, Any]:
+    """What a quality model records of how it was built (``QualityModel.info``)."""
+    verifier = judging.verifier_file
+    return {
         "profile": profile.source,
         "scale": list(profile.scale),
         "models": models,
         "n_queries": len(profile),
-        "n_test": int(len(test)),
-        "router": routed_by.metadata.get("kind"),
+        "n_test": int(len(ladder.test)),
+        "router": fit.description,
         "router_kind": router_kind,
         # what serving loads to reproduce the routing: the router file (its weights; metadata beside it), and
         # every file a plan bundles for it (weights first)
-        "router_path": str(Path(router_file).resolve()),
-        "router_files": [str(f) for f in routed_by.files()],
+        "router_path": str(Path(fit.file).resolve()),
+        "router_files": [str(f) for f in fit.files],
         "profile_hash": profile.content_hash,
-        "router_test_auc": router.metadata.get("test_auc"),
+        "router_test_auc": ladder.router.metadata.get("test_auc"),
         # what serving loads to judge a cascade as the optimiser did (written when cascade scores are first
         # computed, which every cascade evaluation does before a plan can be written)
-        "verifier_path": str(verifier_file) if len(models) > 1 and verifier_file is not None else None,
+        "verifier_path": str(verifier) if len(models) > 1 and verifier is not None else None,
         # the judge the cascade's thresholds are cut on (QualityModel.judge holds it typed)
-        "judge": cascade_judge.kind,
+        "judge": judging.judge.kind,
     }
-    return QualityModel(
-        tiers=tuple(tier_names or models),
-        test_scores=profile.scores[np.ix_(test, np.asarray(cols, dtype=np.int64))],
-        test_index=test,
-        # a static router embeds with its own table (milliseconds); a MiniLM one reuses the cached embeddings
-        route_all=router.score(profile.prompts)
-        if router.static is not None
-        else router.score_embeddings(emb(), profile.prompts),
-        cascade_scores=cascade_scores if len(models) > 1 else None,
-        info=info,
-        judge=cascade_judge,
-        prerouting=prerouting,
-    )
-
-
-def _trained_router(
-    profile: QualityProfile,
-    models: list[str],
-    cache_dir: Path | None,
-    seed: int,
-    test_fraction: float,
-) -> tuple[Any, np.ndarray, np.ndarray, Path]:
-    """Train the router, or reuse the one trained before on the same profile, tiers and split.
-
-    The router is the static-embedding one: it is what the plan ships to the gateway, which scores it in
-    well under a millisecond per prompt (docs/quality.md). Training picks its regularisation by
-    cross-validation (seconds) and depends on nothing but the profile's content, the tier models and the
-    split, so it is cached beside the embeddings. A damaged entry is retrained.
-    """
-    import hashlib
-    import json
-
-    from boute.quality.embed import default_cache_dir
-    from boute.quality.router import ROUTER_FORMAT, load_router, split_indices, train_router
-
-    key = json.dumps([ROUTER_FORMAT, "static", profile.content_hash, list(models), seed, test_fraction])
-    path = Path(cache_dir or default_cache_dir()) / "routers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
-    if path.is_file():
-        try:
-            train, test = split_indices(len(profile), test_fraction, seed)
-            return load_router(path, cache_dir), train, test, path
-        except (SpecError, KeyError, ValueError, OSError):
-            pass
-    from boute.quality.static_embed import load_static
-
-    router, train, test = train_router(
-        profile, models, seed=seed, test_fraction=test_fraction, static=load_static(cache_dir=cache_dir)
-    )
-    router.save(path)
-    return router, train, test, path
-
-
-def _trained_multi_router(
-    profile: QualityProfile,
-    models: list[str],
-    train: np.ndarray,
-    cache_dir: Path | None,
-    seed: int,
-    ladder: Any = None,
-) -> tuple[MultiRouter, Path]:
-    """Train the multi router on rows ``train``, or reuse the one trained before on the same profile content,
-    tiers, rows and seed (kept beside the ladder routers, named by a hash of those; a damaged entry is
-    retrained). Training is a cross-validated level head, refitted on 5 folds, and N one-feature fits: seconds.
-    ``ladder``: the ladder router trained on the same rows and seed; its level head is this very fit, taken
-    with the static table it was fitted on (a re-distilled cache must not mix with it)."""
-    import hashlib
-    import json
-
-    from boute.quality.embed import default_cache_dir
-    from boute.quality.multi import MULTI_FORMAT, load_multi_router, train_multi_router
-    from boute.quality.static_embed import load_static
-
-    rows = hashlib.sha256(np.asarray(train, dtype=np.int64).tobytes()).hexdigest()
-    key = json.dumps([MULTI_FORMAT, "static", profile.content_hash, list(models), rows, seed])
-    path = (
-        Path(cache_dir or default_cache_dir())
-        / "routers"
-        / f"multi-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
-    )
-    if path.is_file():
-        try:
-            return load_multi_router(path), path
-        except (SpecError, KeyError, ValueError, OSError):
-            pass
-    if ladder is not None and ladder.static is not None:
-        head = (ladder.head, float(ladder.metadata["C"]))
-        trained = train_multi_router(profile, models, train, ladder.static, seed=seed, level_head=head)
-    else:
-        trained = train_multi_router(profile, models, train, load_static(cache_dir=cache_dir), seed=seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return trained.save(path), path
 
 
 def verifier_path(

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.specs.targets import meets_floor
 
 

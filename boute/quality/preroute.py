@@ -3,9 +3,9 @@
 Two routers, the same knobs (N load fractions per tier, calibrated on the same prompts: the whole profile,
 or a re-weighted mix's resampled rows):
 
-- ``ladder`` (plan scorer ``learned``): one difficulty score ``d`` per prompt (:mod:`boute.quality.router`),
+- ``ladder``: one difficulty score ``d`` per prompt (:mod:`boute.quality.router`),
   cut at thresholds ``t`` that are calibration quantiles; tier k serves ``t[k-1] < d <= t[k]``.
-- ``multi`` (plan scorer ``multi``): each tier's predicted correctness ``p_k`` (:mod:`boute.quality.multi`);
+- ``multi``: each tier's predicted correctness ``p_k`` (:mod:`boute.quality.multi`);
   tier(x) = argmax_k p_k(x) - lambda_k with the prices ``lambda = prices_for_shares(p_cal, fractions)``.
 
 A :class:`PreRouting` holds what does not depend on the held-out set (every profile row's score or
@@ -27,10 +27,6 @@ from typing import Protocol
 
 import numpy as np
 
-#: the plan's ``routing.scorer`` for each router kind (the ladder's scorer has always been called ``learned``)
-SCORERS = {"ladder": "learned", "multi": "multi"}
-ROUTER_KINDS = tuple(SCORERS)
-
 
 @dataclass(frozen=True)
 class Routed:
@@ -46,9 +42,6 @@ class Routed:
 
 class PreRouter(Protocol):
     """A pre-routing bound to one held-out set and calibration (module doc)."""
-
-    @property
-    def scorer(self) -> str: ...
 
     def held_out(self, f: list[float]) -> Routed: ...
 
@@ -103,8 +96,6 @@ class LadderRouting:
 class Ladder:
     """Thresholds on one score, held-out queries sorted by it with per-tier cumulative sums: a policy is N
     ``bisect`` calls and lookups (the optimiser asks thousands of times)."""
-
-    scorer = SCORERS["ladder"]
 
     def __init__(self, scores: np.ndarray, test_index: np.ndarray, q: np.ndarray, calibration: np.ndarray) -> None:
         self.scores = scores
@@ -164,7 +155,6 @@ class Multi:
     test_index: np.ndarray
     q: np.ndarray
     calibration: np.ndarray
-    scorer: str = SCORERS["multi"]
     _prices: dict[tuple[int, ...], np.ndarray] = field(default_factory=dict, repr=False)
     _routed: dict[tuple[int, ...], Routed] = field(default_factory=dict, repr=False)
     _last: np.ndarray | None = field(default=None, repr=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from boute.errors import BouteError
+from boute.quality.router_kinds import router_kind
 from boute.quality.shares import mix_weights, systematic_resample
 from boute.replan.drift import Promise
 from boute.replan.window import Window, group_key
@@ -62,17 +63,9 @@ def promise_of(
     ref = plan.routing.reference or sc.quality.profile
     fmt = sc.quality.format if ref == sc.quality.profile else "auto"  # the scenario's profile, read as it says
     prompts = list(load_profile(ref if ref.startswith("builtin:") else base / ref, fmt).prompts)
-    scores = np.zeros(0)
-    if plan.routing.scorer == "learned" and plan.routing.router:
-        from boute.quality.router import load_router
-
-        scores = np.asarray(load_router(base / plan.routing.router).score(prompts))
-    elif plan.routing.scorer == "multi" and plan.routing.router:
-        from boute.quality.multi import load_multi_router
-
-        multi = load_multi_router(base / plan.routing.router)
-        if multi.calib is not None:  # an item-response router scores by difficulty, as the gateway records it
-            scores = np.asarray(multi.score(prompts))
+    r = plan.routing
+    # the plan's router's difficulty of its reference, as the gateway records it (none for a length scorer)
+    scores = np.zeros(0) if r.scorer is None else router_kind(r.scorer).difficulty_scores(r, base, prompts)
     mix = sc.workload.mix
     if mix is not None and len(scores) == len(prompts):  # the plan was made for a mix: its reference, resampled
         rows = systematic_resample(mix_weights(scores, mix.edges, mix.shares), len(scores))
@@ -99,15 +92,12 @@ def running_fractions(plan: Plan, sc: Scenario) -> tuple[float, ...]:
     for)."""
     fr = tuple(plan.routing.fractions or ())
     r = plan.routing
-    if r.mode != "preroute" or sc.workload.mix is None:
+    if r.mode != "preroute" or sc.workload.mix is None or r.scorer is None:
         return fr
     from boute.quality import quality_model_for
 
-    if r.scorer == "learned" and r.thresholds is not None:
-        return tuple(float(f) for f in quality_model_for(sc).fractions_for_thresholds(r.thresholds))
-    if r.scorer == "multi" and r.prices is not None and sc.quality.router_kind == "multi":
-        return tuple(float(f) for f in quality_model_for(sc).fractions_for_prices(r.prices))
-    return fr
+    shares = router_kind(r.scorer).running_fractions(r, sc.quality.router_kind, lambda: quality_model_for(sc))
+    return fr if shares is None else tuple(float(f) for f in shares)
 
 
 def healthy_deployment(plan: Plan, w: Window) -> list[ReplicaGroup]:

@@ -76,9 +76,12 @@ def write_plan(
     *,
     verifier_files: Sequence[Path] = (),
 ) -> Path:
-    """Write ``plan`` self-contained (see module doc); ``router_files`` are the learned router's files (the
-    ladder's or, scorer ``multi``, the multi router's), the weights file first (what ``routing.router``
-    names); ``verifier_files`` the cascade verifier's, likewise (what ``routing.verifier`` names)."""
+    """Write ``plan`` self-contained (see module doc); ``router_files`` are the plan's trained router's files
+    (the ladder's or, scorer ``multi``, the multi router's), the weights file first (what ``routing.router``
+    names; the scenario's ``quality.router`` too when it is of the kind a scenario names there);
+    ``verifier_files`` the cascade verifier's, likewise (what ``routing.verifier`` names)."""
+    from boute.quality.router_kinds import router_kind  # loaded by a plan's writer, not by every plan reader
+
     path = Path(out)
     pack = _Packer(path)
     spec: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
@@ -90,7 +93,8 @@ def write_plan(
     if router_files:
         bundled = pack.add("router", [Path(f) for f in router_files])
         routing["router"] = bundled[0]
-    if router_files and plan.routing.scorer == "learned":  # the scenario's quality.router is a ladder's file
+    scorer = plan.routing.scorer
+    if router_files and scorer is not None and router_kind(scorer).scenario_router:  # quality.router: its kind's
         quality["router"] = bundled[0]
     elif _local(scenario.quality.router):
         quality.pop("router")  # the plan names the router it was routed with, not the scenario's input

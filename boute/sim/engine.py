@@ -25,7 +25,7 @@ import numpy as np
 from boute.errors import BouteError, InfeasibleError
 from boute.perf import replica_perf, scenario_catalog
 from boute.sim.capacity import Lengths, replica_weights
-from boute.sim.replica import DECODE, IDLE, Replica
+from boute.sim.replica import DECODE, IDLE, SimReplica
 from boute.sim.result import SimResult
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
 from boute.specs.plan import Plan, ReplicaGroup, check_plan_hardware
@@ -84,20 +84,20 @@ def checked_route(plan: Plan, n: int, route: np.ndarray | None, seed: int) -> np
 
 def build_replicas(
     plan: Plan, timings: Sequence[ReplicaTiming], weights: Sequence[float]
-) -> tuple[list[Replica], list[list[Replica]]]:
+) -> tuple[list[SimReplica], list[list[SimReplica]]]:
     """Every replica of the deployment in group order, and the replicas of each tier (the balancer's pools)."""
     tiers = list(plan.routing.tiers)
-    replicas: list[Replica] = []
-    by_tier: list[list[Replica]] = [[] for _ in tiers]
+    replicas: list[SimReplica] = []
+    by_tier: list[list[SimReplica]] = [[] for _ in tiers]
     for gi, (g, tm, weight) in enumerate(zip(plan.deployment, timings, weights, strict=True)):
         for _ in range(g.count):
-            r = Replica(len(replicas), tiers.index(g.tier), gi, tm, weight)
+            r = SimReplica(len(replicas), tiers.index(g.tier), gi, tm, weight)
             replicas.append(r)
             by_tier[r.tier].append(r)
     return replicas, by_tier
 
 
-def check_served(plan: Plan, route: np.ndarray, by_tier: Sequence[Sequence[Replica]]) -> None:
+def check_served(plan: Plan, route: np.ndarray, by_tier: Sequence[Sequence[SimReplica]]) -> None:
     """Every tier a request reaches (a cascade's: all tiers up to its last) has a replica, else BouteError."""
     tiers = plan.routing.tiers
     if plan.routing.mode == "cascade":
@@ -112,8 +112,8 @@ def check_served(plan: Plan, route: np.ndarray, by_tier: Sequence[Sequence[Repli
 class Scheduler:
     """The global event loop of one simulation: the replicas, the two event heaps and each request's progress.
 
-    The loop (:meth:`run`) takes, in time order, a replica's iteration boundary (:meth:`Replica.finish_plan`,
-    then :meth:`retire` the requests it finished and :meth:`Replica.schedule` the next iteration), an
+    The loop (:meth:`run`) takes, in time order, a replica's iteration boundary (:meth:`SimReplica.finish_plan`,
+    then :meth:`retire` the requests it finished and :meth:`SimReplica.schedule` the next iteration), an
     external arrival or a cascade hop (:meth:`admit` to the tier's least-loaded replica). Replica events
     come first on ties, so a completion frees its KV before an arrival at the same instant is placed.
     Event heap entries: ``(time, seq, replica, version)``, hop heap entries ``(time, seq, request)``; one
@@ -145,8 +145,8 @@ class Scheduler:
 
     def __init__(
         self,
-        replicas: list[Replica],
-        by_tier: list[list[Replica]],
+        replicas: list[SimReplica],
+        by_tier: list[list[SimReplica]],
         workload: Workload,
         route: np.ndarray,
         *,
@@ -178,7 +178,7 @@ class Scheduler:
         self.hops: list[tuple[float, int, int]] = []
         self.seq = itertools.count(1)
 
-    def push(self, r: Replica) -> None:
+    def push(self, r: SimReplica) -> None:
         """Put the replica's planned iteration boundary on the event heap (nothing when it is idle)."""
         if r.plan != IDLE:
             heapq.heappush(self.events, (r.plan_end, next(self.seq), r.index, r.version))
@@ -221,7 +221,7 @@ class Scheduler:
             best.schedule(inp, out)
             self.push(best)
 
-    def retire(self, r: Replica, done: list[int]) -> None:
+    def retire(self, r: SimReplica, done: list[int]) -> None:
         """The requests replica ``r`` just finished: a cascade hop to the next tier after the judge, or done."""
         now = r.now
         cascade, final, cur_tier = self.cascade, self.final, self.cur_tier

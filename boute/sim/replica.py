@@ -25,7 +25,7 @@ from boute.sim.timing import ReplicaTiming
 IDLE, PREFILL, DECODE = 0, 1, 2
 
 
-class Replica:
+class SimReplica:
     """Mutable simulation state of one replica; the engine owns the clock and the event heap."""
 
     __slots__ = (

@@ -18,14 +18,17 @@ from pydantic import (
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
+    field_serializer,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from boute.catalog import Catalog
 from boute.errors import SpecError
 from boute.specs.io import dump_model, read_mapping, validate
 from boute.specs.scenario import Dtype
+from boute.specs.scorers import SCORER_RULES, scorer_name, scorer_spelling, spelled
 
 #: how a plan routes: pre-route each request to one tier, or cascade it up the tiers while a judge rejects
 RoutingMode = Literal["preroute", "cascade"]
@@ -63,8 +66,8 @@ class Routing(_Frozen):
     ``preroute``: a scorer orders queries by difficulty; ``fractions[i]`` of the load goes to tier i (the
     optimiser's encoding), equivalently ``thresholds`` on that scorer's score, cut on the ``reference``
     prompts (:func:`boute.quality.shares.thresholds_for_fractions`). The scorer is named, never implied:
-    ``learned`` is the trained ``router`` (a file of the plan's bundle), ``length`` the prompt-length CDF over
-    the reference. ``cascade``: every query starts at tier 0; the ``judge``'s score of tier i's answer below
+    ``ladder`` is the trained ``router`` (a file of the plan's bundle; plans spell it ``learned``, read and
+    written so, :mod:`boute.specs.scorers`), ``length`` the prompt-length CDF over the reference. ``cascade``: every query starts at tier 0; the ``judge``'s score of tier i's answer below
     ``thresholds[i]`` escalates to i+1. The judge is named like the scorer, never implied, because the
     thresholds only mean something on the score they were cut on: ``verifier`` is the offline verifier the
     optimiser scored the cascade with (its weights file ``verifier``, in the plan's bundle), ``llm`` an
@@ -86,9 +89,7 @@ class Routing(_Frozen):
     tiers: list[str] = Field(min_length=1)
     fractions: list[NonNegativeFloat] | None = None
     thresholds: list[float] | None = None
-    scorer: Literal["learned", "length", "multi"] | None = Field(
-        None, description="what the thresholds (or, multi, the prices) apply to"
-    )
+    scorer: str | None = Field(None, description="what the thresholds (or, multi, the prices) apply to")
     prices: list[float] | None = Field(
         None, description="scorer 'multi': per-tier price lambda_k, tier = argmax p_k - lambda_k (+inf: never)"
     )
@@ -101,6 +102,24 @@ class Routing(_Frozen):
     judge_model: str | None = Field(
         None, description="cascade 'llm' judge: the model whose recorded scores the thresholds were cut on"
     )
+
+    @field_validator("scorer", mode="before")
+    @classmethod
+    def _scorer_name(cls, v: object) -> str | None:
+        """The code's name of the scorer: plans spell the ladder ``learned`` and still load (so do plans that
+        use the code's name); anything else is refused as the old ``Literal`` refused it."""
+        if v is None:
+            return None
+        name = scorer_name(v)
+        if name is None:
+            expected = spelled(list(SCORER_RULES))
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return name
+
+    @field_serializer("scorer")
+    def _scorer_spelling(self, v: str | None) -> str | None:
+        """Written as plans have always spelled it, so a gateway older than the ladder's name reads the plan."""
+        return None if v is None else scorer_spelling(v)
 
     @model_validator(mode="after")
     def _check(self) -> Routing:
@@ -115,21 +134,11 @@ class Routing(_Frozen):
                 or self.prices is not None
                 or sum(1 for f in self.fractions or [] if f > 0) > 1
             )
-            if split and self.scorer is None:
-                what = "thresholds need" if self.thresholds is not None else "splitting load between tiers needs"
-                raise ValueError(
-                    f"{what} routing.scorer, the scorer they apply to ('learned' or 'multi' with routing.router, "
-                    "or 'length')"
-                )
-            if self.scorer in ("learned", "multi") and self.router is None:
-                raise ValueError(f"routing.scorer '{self.scorer}' needs routing.router (the trained router file)")
-            if self.scorer == "multi" and self.thresholds is not None:
-                raise ValueError("routing.scorer 'multi' routes by routing.prices, not thresholds")
-            if self.scorer is not None and self.reference is None:
-                raise ValueError("routing.scorer needs routing.reference (the prompts its thresholds are cut on)")
+            self._check_scorer(split)
         if self.prices is not None:
-            if self.mode != "preroute" or self.scorer != "multi":
-                raise ValueError("routing.prices are read with mode 'preroute' and scorer 'multi' only")
+            if self.mode != "preroute" or self.scorer is None or SCORER_RULES[self.scorer].cut != "prices":
+                priced = spelled([r.name for r in SCORER_RULES.values() if r.cut == "prices"])
+                raise ValueError(f"routing.prices are read with mode 'preroute' and scorer {priced} only")
             if len(self.prices) != n:
                 raise ValueError(f"prices needs {n} values (one per tier), got {len(self.prices)}")
             if any(math.isnan(v) or v == -math.inf for v in self.prices):
@@ -153,6 +162,26 @@ class Routing(_Frozen):
         if self.thresholds is not None and len(self.thresholds) != n - 1:
             raise ValueError(f"thresholds needs {n - 1} values (between tiers), got {len(self.thresholds)}")
         return self
+
+    def _check_scorer(self, split: bool) -> None:
+        """A pre-route's scorer against its rule (:data:`~boute.specs.scorers.SCORER_RULES`): named when the load
+        is split, with its router file when it needs one, cut the way it reads, with the prompts it was cut on."""
+        if split and self.scorer is None:
+            what = "thresholds need" if self.thresholds is not None else "splitting load between tiers needs"
+            routed = spelled([r.name for r in SCORER_RULES.values() if r.needs_router])
+            plain = spelled([r.name for r in SCORER_RULES.values() if not r.needs_router])
+            raise ValueError(
+                f"{what} routing.scorer, the scorer they apply to ({routed} with routing.router, or {plain})"
+            )
+        if self.scorer is None:
+            return
+        rule = SCORER_RULES[self.scorer]
+        if rule.needs_router and self.router is None:
+            raise ValueError(f"routing.scorer '{rule.spelling}' needs routing.router (the trained router file)")
+        if rule.cut == "prices" and self.thresholds is not None:
+            raise ValueError(f"routing.scorer '{rule.spelling}' routes by routing.prices, not thresholds")
+        if self.reference is None:
+            raise ValueError("routing.scorer needs routing.reference (the prompts its thresholds are cut on)")
 
 
 class Prediction(_Frozen):

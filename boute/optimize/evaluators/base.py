@@ -22,8 +22,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from boute.optimize.space import Candidate
-from boute.quality.policy import PolicyResult, QualityModel
+from boute.quality.policy_quality import PolicyResult, QualityModel
 from boute.specs import Plan, Routing, Scenario
+from boute.specs.scorers import SCORER_RULES
 
 #: latency reported for an overloaded (unstable) plan: far above any cap, finite so the GP can model it
 OVERLOAD_P95_S = 3600.0
@@ -197,12 +198,12 @@ def candidate_plan(
     verifier: str | None = None,
     judge_model: str | None = None,
     *,
-    scorer: str = "learned",
+    scorer: str = "ladder",
     prices: tuple[float, ...] | list[float] | None = None,
 ) -> Plan:
     """The plan for a candidate. Pre-route: ``router`` is the learned router file whose scores split the load
-    (:func:`router_of`), ``scorer`` what it is (``learned``: the ladder, cut by ``thresholds``; ``multi``: the
-    multi router, cut by ``prices``; :func:`scorer_of`). Cascade: ``verifier`` is the verifier file whose
+    (:func:`router_of`), ``scorer`` what it is (``ladder``, cut by ``thresholds``; ``multi``: the multi router,
+    cut by ``prices``; :func:`scorer_of`; the cut is the scorer's rule, :data:`boute.specs.scorers.SCORER_RULES`). Cascade: ``verifier`` is the verifier file whose
     scores ``thresholds`` were cut on (:func:`verifier_of`), or ``judge_model`` the LLM judge whose recorded
     scores they were cut on (:func:`llm_judge_of`); the plan names it as its judge (a cascade needs no
     router). Tiers with zero load and no replicas stay in routing."""
@@ -211,7 +212,7 @@ def candidate_plan(
     llm = cascade and judge_model is not None and cut is not None
     judged = cascade and (verifier is not None or llm) and cut is not None
     routed = not cascade and router is not None
-    priced = routed and scorer == "multi"
+    priced = routed and SCORER_RULES[scorer].cut == "prices"
     routing = Routing(
         mode=mode,
         tiers=[t.name for t in scenario.tiers],
@@ -234,8 +235,8 @@ def router_of(model: QualityModel | None) -> str | None:
 
 
 def scorer_of(model: QualityModel | None) -> str:
-    """The plan's ``routing.scorer`` for a quality model's pre-routing: ``learned`` (the ladder) or ``multi``."""
-    return "learned" if model is None else model.scorer
+    """The plan's ``routing.scorer`` for a quality model's pre-routing: its router kind (``ladder`` or ``multi``)."""
+    return "ladder" if model is None else model.router_kind
 
 
 def router_files_of(model: QualityModel | None) -> list[Path]:
@@ -244,9 +245,9 @@ def router_files_of(model: QualityModel | None) -> list[Path]:
         return []
     if "router_files" in model.info:
         return [Path(f) for f in model.info["router_files"]]
-    from boute.quality.router import router_files  # a model built without the list: a ladder router's file
+    from boute.quality.router_kinds import router_kind  # a model built without the list: its kind lists them
 
-    return router_files(model.info["router_path"])
+    return router_kind(model.router_kind).files(model.info["router_path"])
 
 
 def verifier_of(model: QualityModel | None) -> str | None:

@@ -23,7 +23,7 @@ from boute.optimize.evaluators.base import (
     policy_of,
 )
 from boute.optimize.space import Candidate
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.specs import Scenario
 
 

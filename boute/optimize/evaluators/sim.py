@@ -8,7 +8,7 @@ done the P95 itself is infinite and is reported as :data:`~boute.optimize.evalua
 Every draw is the scenario's: arrivals and lengths come from ``workload.seed``
 (:func:`boute.workload.replay_workload`), and so does the tier of each request that carries no profile
 prompt (trace or synthetic lengths: long-prompt, the random scenarios), drawn by the routing fractions
-(:meth:`~boute.quality.policy.QualityModel.assign`). A plan therefore has one figure per scenario, whatever
+(:meth:`~boute.quality.policy_quality.QualityModel.assign`). A plan therefore has one figure per scenario, whatever
 the search's ``--seed``: the seed changes where the search looks, never what a plan is promised. (Until
 stop 44 the tier draw took the search's seed, and one long-prompt plan was P95 4.86 s under seed 3 and
 5.62 s under seed 1, against a 5 s cap.)
@@ -34,7 +34,7 @@ from boute.optimize.evaluators.base import (
     scorer_of,
 )
 from boute.optimize.space import Candidate
-from boute.quality.policy import QualityModel
+from boute.quality.policy_quality import QualityModel
 from boute.specs import Scenario
 
 

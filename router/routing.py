@@ -1,118 +1,37 @@
-"""Routing decisions: which tier a query goes to (pre-route) or in which order tiers are tried (cascade).
+"""The gateway's compiled routing: which tier a query goes to (pre-route) or in which order tiers are tried
+(cascade).
 
-A :class:`Scorer` maps prompts to a difficulty in [0, 1] (higher = needs a larger model). The plan names its
-scorer (``routing.scorer``) and the prompts its thresholds were cut on (``routing.reference``): ``learned``
-loads the plan's own router from its bundle, ``length`` scores by prompt length over the reference. Nothing
-else is ever substituted: a plan whose scorer cannot be loaded is refused. Thresholds are the plan's, or cut
-from its fractions on the reference by the same function the optimiser uses
-(:func:`boute.quality.shares.thresholds_for_fractions`). ``multi`` loads the plan's multi-model router and
-routes each prompt to argmax_k p_k - lambda_k under the plan's prices (:class:`PricedScorer`; prices cut from
-the fractions by :func:`boute.quality.multi.prices_for_shares` when the plan has none). A cascade names its
-judge the same way
-(``routing.judge``, :func:`plan_judge`): the verifier the optimiser scored it with, or an LLM judge, with
-the thresholds cut on that judge's scores; a cascade that names none is refused.
+A scorer maps prompts to a difficulty in [0, 1] (higher = needs a larger model). The plan names its scorer
+(``routing.scorer``) and the prompts its cut was made on (``routing.reference``); the scorer's kind
+(:mod:`boute.quality.router_kinds`, registered by that name) loads it from the plan's bundle and says how a
+score becomes a tier: thresholds (the plan's, or cut from its fractions on the reference by the function the
+optimiser uses, :func:`boute.quality.shares.thresholds_for_fractions`), or a multi-model router's argmax_k
+p_k - lambda_k under the plan's prices. Nothing else is ever substituted: a plan whose scorer cannot be
+loaded is refused. A cascade names its judge the same way (``routing.judge``, :func:`plan_judge`): the
+verifier the optimiser scored it with, or an LLM judge, with the thresholds cut on that judge's scores; a
+cascade that names none is refused.
 """
 
 from __future__ import annotations
 
 import bisect
-import logging
-from functools import lru_cache
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
 from boute.errors import SpecError
-from boute.quality.shares import thresholds_for_fractions
+from boute.quality.router_kinds import Scorer, router_kind
 from boute.specs.plan import Plan, Routing
 from router.admission import MIN_GATEWAY_INFLIGHT, planned_inflight, tier_context
 from router.score_batch import ScoreBatcher
-
-log = logging.getLogger("boute.router.policy")
-
-
-@runtime_checkable
-class Scorer(Protocol):
-    """Difficulty of prompts in [0, 1]; higher means a larger model is needed."""
-
-    def score(self, prompts: list[str]) -> np.ndarray: ...
 
 
 class Judge(Protocol):
     """Cascade judge: quality of ``response`` to ``prompt`` in [0, 1]; below the hop's threshold escalates."""
 
     async def ajudge(self, prompt: str, response: str) -> float: ...
-
-
-class LengthScorer:
-    """Difficulty = share of reference prompts shorter than this one (longer prompts -> larger tier).
-
-    A deliberately simple scorer, chosen explicitly in a plan (``routing.scorer: length``): O(log n) per
-    prompt, no model.
-    """
-
-    cheap = True
-
-    def __init__(self, reference: list[str] | tuple[str, ...]) -> None:
-        self._lengths = sorted(len(p) for p in reference) or [0]
-
-    def score_one(self, prompt: str) -> float:
-        return bisect.bisect_left(self._lengths, len(prompt)) / len(self._lengths)
-
-    def score(self, prompts: list[str]) -> np.ndarray:
-        return np.array([self.score_one(p) for p in prompts], dtype=float)
-
-
-class PricedScorer:
-    """A multi-model router under fixed prices: the tier of a prompt is argmax_k p_k(x) - lambda_k
-    (:func:`boute.quality.multi.route`).
-
-    An item-response router (format /2: ``p_k = sigmoid(a_k + b_k d(x))``) scores a prompt by its difficulty
-    ``d(x)``, as the ladder's router does (the same level head on the same rows: the re-plan loop's score-mix
-    drift follows it), and :meth:`tier_of` maps that score to the tier. A router of independent heads
-    (format /1) has no difficulty: its "score" is the tier itself, as a float, and :attr:`difficulty` is
-    False, so the gateway does not record it for the re-plan loop. Both are batched per event-loop turn by
-    the ladder's :class:`ScoreBatcher`."""
-
-    embedder_kind = "static"
-
-    def __init__(self, router: Any, prices: list[float]) -> None:
-        self.router = router
-        self.prices = np.asarray(prices, dtype=np.float64)
-        self.calib: np.ndarray | None = getattr(router, "calib", None)
-        self.difficulty = self.calib is not None
-
-    def score(self, prompts: list[str]) -> np.ndarray:
-        from boute.quality.multi import route
-
-        if self.difficulty:
-            return np.asarray(self.router.score(prompts), dtype=np.float64)
-        return route(self.router.predict(prompts), self.prices).astype(np.float64)
-
-    def score_one(self, prompt: str) -> float:
-        return float(self.score([prompt])[0])
-
-    def tier_of(self, score: float) -> int:
-        """The tier for a score: argmax_k sigmoid(a_k + b_k d) - lambda_k at d = ``score`` (the functions the
-        optimiser routed the held-out prompts with), or the score itself for a format /1 router."""
-        if self.calib is None:
-            return int(score)
-        from boute.quality.multi import irt_correctness, route
-
-        return int(route(irt_correctness(np.array([score]), self.calib), self.prices)[0])
-
-
-def multi_prices(routing: Routing, router: Any, root: Path) -> list[float]:
-    """The plan's prices, or (a plan that has only fractions) the optimiser's rule applied to its reference
-    prompts: :func:`boute.quality.multi.prices_for_shares` on the router's predictions for them."""
-    if routing.prices is not None:
-        return [float(v) for v in routing.prices]
-    from boute.quality.multi import prices_for_shares
-
-    assert routing.reference is not None and routing.fractions is not None  # the plan's validator
-    ref = list(reference_prompts(routing.reference, root))
-    return [float(v) for v in prices_for_shares(router.predict(ref), routing.fractions)]
 
 
 #: why a cascade plan without its judge is refused: its thresholds mean nothing on another judge's scores
@@ -175,45 +94,9 @@ def endpoint_judge(
     return LLMJudge(url, model, timeout=timeout_s)
 
 
-def _resolve(ref: str, root: Path) -> str | Path:
-    return ref if ref.startswith("builtin:") else root / ref
-
-
-@lru_cache(maxsize=4)
-def reference_prompts(reference: str, root: Path) -> tuple[str, ...]:
-    """All prompts of the reference profile, in profile order (what thresholds are cut on)."""
-    from boute.quality.profiles import load_profile
-
-    return tuple(load_profile(_resolve(reference, root)).prompts)
-
-
 def load_scorer(routing: Routing, root: Path, file: str | Path | None = None) -> Scorer | None:
-    """The plan's scorer (None when the plan needs none: one loaded tier, or a cascade without one)."""
-    if routing.scorer == "learned":
-        from boute.quality.router import load_router
-
-        assert routing.router is not None  # the plan's validator guarantees it
-        try:
-            return load_router(root / routing.router)
-        except SpecError as exc:
-            raise SpecError(file, "routing.router", str(exc)) from None
-    if routing.scorer == "multi":
-        from boute.quality.multi import load_multi_router
-
-        assert routing.router is not None  # the plan's validator guarantees it
-        try:
-            multi = load_multi_router(root / routing.router)
-        except SpecError as exc:
-            raise SpecError(file, "routing.router", str(exc)) from None
-        if list(multi.tiers) and len(multi.tiers) != len(routing.tiers):
-            raise SpecError(
-                file, "routing.router", f"the multi router has {len(multi.tiers)} tiers, the plan {len(routing.tiers)}"
-            )
-        return PricedScorer(multi, multi_prices(routing, multi, root))
-    if routing.scorer == "length":
-        assert routing.reference is not None
-        return LengthScorer(reference_prompts(routing.reference, root))
-    return None
+    """The plan's scorer, loaded by its kind (None when the plan names none: one loaded tier, or a cascade)."""
+    return None if routing.scorer is None else router_kind(routing.scorer).load(routing, root, file)
 
 
 class RoutePolicy:
@@ -244,7 +127,7 @@ class RoutePolicy:
         #: ~250 µs against scoring inline, itself no dearer than a worker thread; see docs/router.md).
         #: ``thread``: a worker thread (MiniLM: milliseconds per prompt).
         self.scoring: str
-        if self.scorer is None or isinstance(self.scorer, LengthScorer):
+        if self.scorer is None:
             self.scoring = "inline"
         elif getattr(self.scorer, "embedder_kind", None) == "static":
             self.scoring = "batch"
@@ -255,22 +138,10 @@ class RoutePolicy:
         self.cheap = self.scoring != "thread"  # never queued behind a worker thread
         #: whether the score is a difficulty the re-plan loop's score-mix drift follows (a priced scorer's is a tier)
         self.difficulty = getattr(self.scorer, "difficulty", True)
-        fr = list(r.fractions or [])
-        #: a multi-model router maps its score to a tier itself (:meth:`PricedScorer.tier_of`)
-        self._priced = self.scorer if isinstance(self.scorer, PricedScorer) else None
-        if self._priced is not None:
-            self.thresholds = []
-        elif r.thresholds is not None:
-            self.thresholds = [float(t) for t in r.thresholds]
-        elif self.mode == "preroute" and self.scorer is not None:
-            assert r.reference is not None
-            ref = list(reference_prompts(r.reference, root))
-            self.thresholds = [float(t) for t in thresholds_for_fractions(self.scorer.score(ref), fr)]
-        elif self.mode == "preroute":  # no split: everything to the one loaded tier
-            only = next(i for i, f in enumerate(fr) if f > 0)
-            self.thresholds = [-np.inf] * only + [np.inf] * (len(self.tiers) - 1 - only)
-        else:
-            raise SpecError(file, "routing.judge", UNJUDGED)
+        #: pre-route: a scorer that maps its score to a tier itself (a priced kind's, :class:`boute.quality.
+        #: router_kinds.TierCut`); None: the tier is how many thresholds lie below the score
+        self._tier_of: Callable[[float], int] | None = None
+        self.thresholds: list[float] = self._cut(r, root, file)
         self.judge: Judge | None = judge if judge is not None else plan_judge(r, root, file)
         # model-name aliases that force a tier (RouteLLM style "router-<tier>", the bare tier, its model)
         self.forced: dict[str, int] = {}
@@ -288,6 +159,21 @@ class RoutePolicy:
         #: the gateway-wide bound the plan implies: every replica's tier bound, summed
         planned = sum(self.inflight_per_replica[g.tier] * g.count for g in plan.deployment)
         self.inflight_total = max(MIN_GATEWAY_INFLIGHT, planned)
+
+    def _cut(self, r: Routing, root: Path, file: str | Path | None) -> list[float]:
+        """Pre-route: the scorer kind's cut (:meth:`boute.quality.router_kinds.RouterKind.tier_cut`), or, with no
+        scorer, everything to the one loaded tier. Cascade: the judge's thresholds (a SpecError without them)."""
+        if self.mode == "preroute" and self.scorer is not None and r.scorer is not None:
+            cut = router_kind(r.scorer).tier_cut(r, self.scorer, root)
+            self._tier_of = cut.tier_of
+            return list(cut.thresholds)
+        if r.thresholds is not None:
+            return [float(t) for t in r.thresholds]
+        if self.mode == "preroute":  # no split: everything to the one loaded tier
+            fr = list(r.fractions or [])
+            only = next(i for i, f in enumerate(fr) if f > 0)
+            return [-np.inf] * only + [np.inf] * (len(self.tiers) - 1 - only)
+        raise SpecError(file, "routing.judge", UNJUDGED)
 
     def model_names(self) -> list[str]:
         return ["boute", *(f"router-{t}" for t in self.tiers)]
@@ -316,9 +202,9 @@ class RoutePolicy:
 
     def tier_for_score(self, score: float) -> int:
         """Pre-route: the number of thresholds below the score (tier k serves ``t[k-1] < d <= t[k]``, the rule
-        of :class:`boute.quality.policy.QualityModel`); a multi-model router's own map."""
-        if self._priced is not None:
-            return self._priced.tier_of(score)
+        of :class:`boute.quality.policy_quality.QualityModel`); a priced scorer's own map."""
+        if self._tier_of is not None:
+            return self._tier_of(score)
         return bisect.bisect_left(self.thresholds, score)
 
     def accepts(self, hop: int, judge_score: float) -> bool:

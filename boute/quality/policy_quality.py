@@ -141,13 +141,9 @@ class QualityModel:
 
     @property
     def router_kind(self) -> str:
-        """``ladder`` or ``multi``: what splits pre-routed prompts (:mod:`boute.quality.preroute`)."""
+        """``ladder`` or ``multi``: what splits pre-routed prompts (:mod:`boute.quality.preroute`), and so the
+        plan's ``routing.scorer`` (:mod:`boute.quality.router_kinds`)."""
         return "ladder" if self.prerouting is None else self.prerouting.kind
-
-    @property
-    def scorer(self) -> str:
-        """The plan's ``routing.scorer`` for this model's pre-routing (``learned``: the ladder; ``multi``)."""
-        return self._pre.scorer
 
     def _result(
         self,
