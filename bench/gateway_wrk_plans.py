@@ -111,7 +111,7 @@ def write_cascade_plan(stack: Stack, out: Path) -> float:
 def learned_router() -> Path:
     """A static-embedding router trained on builtin:gsm8k, trained once and cached (training distils the
     embedding table on first use: minutes; later: seconds)."""
-    from boute.quality.embed import default_cache_dir
+    from boute.data import cache_dir as default_cache_dir
 
     out = default_cache_dir() / "bench" / "gateway_wrk" / "router.npz"
     if not (out.is_file() and Path(str(out) + ".json").is_file()):

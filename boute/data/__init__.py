@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -16,6 +17,13 @@ BUILTIN_FILES: dict[str, str] = {
     "gsm8k-test": "routellm/gsm8k_test.jsonl",
     "azure-conv": "azure-llm-trace-2023/conv.csv",
 }
+
+
+def cache_dir() -> Path:
+    """Where BOute keeps what it derives from data and may build again (token counts, embeddings, trained
+    routers and verifiers, fetched plan files): ``$BOUTE_CACHE_DIR``, else ``~/.cache/boute``."""
+    env = os.environ.get("BOUTE_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "boute"
 
 
 def data_path(ref: str, base: Path | None = None) -> Path:

@@ -198,7 +198,7 @@ def verifier_path(
     import hashlib
     import json
 
-    from boute.quality.embed import default_cache_dir
+    from boute.data import cache_dir as default_cache_dir
     from boute.quality.judges import VERIFIER_FORMAT
 
     rows = hashlib.sha256(np.asarray(train, dtype=np.int64).tobytes()).hexdigest()

