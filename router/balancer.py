@@ -8,7 +8,7 @@ fewest outstanding requests *per unit of weight*, as in the simulator that judge
 sources: active checks (``GET /health``: out at once when refused or not 200, after ``cb_failures`` checks
 in a row without an answer in time) and passive outcomes of real requests; ``cb_failures`` consecutive
 failures that are the replica's (or one refused connection; a read timeout is the request's, see
-router/upstream_errors.py) open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
+router/errors.py) open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
 count is kept, so the next failure re-opens it at once, and a success closes it.
 """
 

@@ -27,6 +27,7 @@ from boute.errors import SpecError
 from boute.quality.shares import thresholds_for_fractions
 from boute.specs.plan import Plan, Routing
 from router.admission import MIN_GATEWAY_INFLIGHT, planned_inflight, tier_context
+from router.errors import UnknownModel
 from router.score_batch import ScoreBatcher
 
 log = logging.getLogger("boute.router.policy")
@@ -292,13 +293,15 @@ class RoutePolicy:
     def model_names(self) -> list[str]:
         return ["boute", *(f"router-{t}" for t in self.tiers)]
 
-    def resolve_model(self, name: Any) -> int | None | bool:
-        """Tier index if ``name`` forces one, None for automatic routing, False if unknown."""
+    def resolve_model(self, name: str | None) -> int | None:
+        """Tier index if ``name`` forces one, None for automatic routing; :class:`router.errors.UnknownModel`
+        if it is neither."""
         if name is None or name in self.auto_names:
             return None
-        if isinstance(name, str) and name in self.forced:
-            return self.forced[name]
-        return False
+        tier = self.forced.get(name)
+        if tier is None:
+            raise UnknownModel(name, self.model_names())
+        return tier
 
     async def score_batched(self, prompt: str) -> float:
         """Score with the prompts that arrive in the same event-loop turn, in one ``score`` call."""
