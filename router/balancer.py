@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from boute.serving import BackendSpec
 from boute.specs.plan import Plan
@@ -28,6 +28,7 @@ from router.config import Settings
 
 if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
     from boute.serving.weights import Weights
+    from router.upstream import Endpoint
 
 log = logging.getLogger("boute.router.balancer")
 
@@ -53,7 +54,7 @@ class Replica:
     slow_checks: int = 0  # health checks in a row that got no answer within health_timeout_s
     url: str = field(init=False)
     inv_weight: float = field(init=False)
-    targets: dict[str, Any] = field(init=False, default_factory=dict)  # path -> parsed URL (proxy's cache)
+    targets: dict[str, Endpoint] = field(init=False, default_factory=dict)  # "" -> parsed URL (proxy's cache)
 
     def __post_init__(self) -> None:
         self.url = self.spec.url.rstrip("/")
