@@ -8,7 +8,7 @@ fewest outstanding requests *per unit of weight*, as in the simulator that judge
 sources: active checks (``GET /health``: out at once when refused or not 200, after ``cb_failures`` checks
 in a row without an answer in time) and passive outcomes of real requests; ``cb_failures`` consecutive
 failures that are the replica's (or one refused connection; a read timeout is the request's, see
-router/upstream_errors.py) open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
+router/errors.py) open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
 count is kept, so the next failure re-opens it at once, and a success closes it.
 """
 
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from boute.serving import BackendSpec
 from boute.specs.plan import Plan
@@ -28,6 +28,7 @@ from router.config import Settings
 
 if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
     from boute.serving.weights import Weights
+    from router.upstream import Endpoint
 
 log = logging.getLogger("boute.router.balancer")
 
@@ -53,7 +54,7 @@ class BackendState:
     slow_checks: int = 0  # health checks in a row that got no answer within health_timeout_s
     url: str = field(init=False)
     inv_weight: float = field(init=False)
-    targets: dict[str, Any] = field(init=False, default_factory=dict)  # path -> parsed URL (proxy's cache)
+    targets: dict[str, Endpoint] = field(init=False, default_factory=dict)  # "" -> parsed URL (proxy's cache)
 
     def __post_init__(self) -> None:
         self.url = self.spec.url.rstrip("/")

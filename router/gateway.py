@@ -2,7 +2,8 @@
 
 Kept apart from the FastAPI routes (app.py) so the request path is plain asyncio code that is easy to
 read and to time: ``x-boute-overhead-ms`` is the handler's wall time minus the time spent waiting on
-upstream replicas and judges.
+upstream replicas and judges. The gateway owns its accounting: the requests in flight (in all, and per tier),
+held by a streamed answer until its body is closed (:class:`HeldStream`).
 """
 
 from __future__ import annotations
@@ -11,38 +12,56 @@ import asyncio
 import gc
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope
 
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.serving.bundle import artifact_cache, bundle_files, materialise, open_plan, plan_catalog
 from boute.specs.plan import Plan, check_plan_hardware
 from router.balancer import Balancer
 from router.config import Settings
+from router.errors import (
+    BodyTooLarge,
+    ClientGone,
+    GatewayError,
+    NoPlan,
+    Overloaded,
+    UpstreamFailure,
+    retry_after,
+)
+from router.http.reply import Reply, unless_disconnected
+from router.http.request_body import read_body
 from router.metrics import Metrics
 from router.observe import Observer, answer_tokens, healthy_groups
-from router.openai_io import (
-    CHAT,
-    BadRequest,
-    check_context,
-    completion_as_sse,
-    parse_request,
-    response_text,
-    wants_usage,
-)
-from router.proxy import NoReplica, Proxy, Result, Stream, Unanswered, make_client
-from router.reply import ClientGone, HeldStream, Reply, unless_disconnected
-from router.request_body import read_body
-from router.routing import RoutePolicy, endpoint_judge
+from router.openai_io import CHAT, check_context, completion_as_sse, parse_request, response_text, wants_usage
+from router.proxy import Proxy, Result, Stream, make_client
+from router.routing import Judge, RoutePolicy, endpoint_judge
 from router.state import SharedState
+from router.upstream import Pool
 
 log = logging.getLogger("boute.router")
 
 PATHS = {CHAT: "/v1/chat/completions", "completion": "/v1/completions"}
 SSE_HEADERS = {"cache-control": "no-cache"}
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """What the tier a request was sent to (or the cascade) answered."""
+
+    #: the replica's answer: whole, or a stream whose first chunk has arrived
+    answer: Result | Stream
+    #: index of the tier that answered
+    tier: int
+    #: seconds spent waiting on replicas and judges (the request's time outside the gateway itself)
+    waited_s: float
+    #: tiers asked: 1, or up to the number of tiers for a cascade that escalated
+    hops: int
 
 
 class Gateway:
@@ -62,9 +81,9 @@ class Gateway:
         self._initial_plan = plan
         self._initial_backends = backends
         self._tasks: list[asyncio.Task[Any]] = []
-        self.client: Any = None  # upstream connection pool (router.upstream.Pool): made in start(), in the loop
+        self.client: Pool | None = None  # upstream connection pool: made in start(), in the loop
         self.proxy: Proxy | None = None
-        self._retry = {"retry-after": str(settings.retry_after_s)}
+        self._retry = retry_after(settings.retry_after_s)  # sent with 429 and 503
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -73,11 +92,11 @@ class Gateway:
         backends = self._initial_backends
         if backends is None:
             backends = BACKENDS.validate_json(Path(s.backends).read_bytes()) if s.backends else []
-        self.client = make_client(s)
-        self.proxy = Proxy(self.client, self.balancer, s)
+        client = self.client = make_client(s)
+        self.proxy = Proxy(client, self.balancer, s)
         await self.state.start(plan, backends)
-        await self.balancer.check_all(self.client)  # start-up: replicas that do not answer start as down
-        self._tasks.append(asyncio.create_task(self.balancer.health_loop(self.client), name="boute-health"))
+        await self.check_replicas()  # start-up: replicas that do not answer start as down
+        self._tasks.append(asyncio.create_task(self.balancer.health_loop(client), name="boute-health"))
         keys = RedisKeys(s.redis_prefix)
         watch = self.observer.run(lambda: healthy_groups(self.balancer), s.redis_url, keys.observations)
         self._tasks.append(asyncio.create_task(watch, name="boute-observe"))
@@ -93,6 +112,11 @@ class Gateway:
         await self.state.stop()
         if self.client is not None:
             await self.client.close()
+
+    async def check_replicas(self) -> None:
+        """Health-check every replica now (at start-up, and when the registry is replaced)."""
+        assert self.client is not None  # made in start(), before any request
+        await self.balancer.check_all(self.client)
 
     def _scored(self, job: asyncio.Future[float]) -> None:
         self.scoring -= 1
@@ -138,7 +162,7 @@ class Gateway:
         root = self.policy_for(plan).root
         return bundle_files(plan, root) if plan.artifacts else []
 
-    def _judge(self, plan: Plan) -> Any:
+    def _judge(self, plan: Plan) -> Judge | None:
         """The LLM judge at BOUTE_JUDGE_URL for a cascade whose plan names an 'llm' judge; None otherwise
         (RoutePolicy loads a verifier from the plan's bundle, and refuses a cascade that names no judge)."""
         s, r = self.settings, plan.routing
@@ -167,14 +191,23 @@ class Gateway:
             return False, f"no healthy replica for tier(s) {missing}"
         return True, "ready"
 
+    # ---- what the gauges read (router.metrics.Gauged) ------------------------------------------
+    def judge_failures(self) -> int:
+        """Answers the current plan's cascade judge could not score (an LLM judge counts them)."""
+        judge = self.policy.judge if self.policy is not None else None
+        return int(getattr(judge, "failures", 0))
+
+    def healthy_tiers(self) -> dict[str, int]:
+        return self.balancer.healthy_tiers()
+
     # ---- the request path ---------------------------------------------------------------------
     async def handle(self, request: Request, kind: str) -> Response:
         """The FastAPI route's entry (same path as :meth:`handle_asgi`)."""
         return await self.handle_asgi(request.scope, request.receive, kind)
 
-    async def handle_asgi(self, scope: Any, receive: Any, kind: str) -> Response:
+    async def handle_asgi(self, scope: Scope, receive: Receive, kind: str) -> Response:
         """Serve one completion request from ASGI (the body read here; client disconnects watched through
-        ``receive``). The HTTP fast path (router/http_protocol.py) calls :meth:`serve` directly instead."""
+        ``receive``). The HTTP fast path (router/http/protocol.py) calls :meth:`serve` directly instead."""
         return (await self.serve(kind, None, scope=scope, receive=receive)).response()
 
     async def serve(
@@ -183,35 +216,31 @@ class Gateway:
         raw: bytes | None,
         *,
         oversize: bool = False,
-        scope: Any = None,
-        receive: Any = None,
+        scope: Scope | None = None,
+        receive: Receive | None = None,
     ) -> Reply:
-        """One completion request: ``raw`` is its body (``None``: read it through ASGI ``receive``;
-        ``oversize``: it was over ``max_body_bytes`` and not kept). Without ``receive`` the caller cancels this
-        coroutine when the client disconnects."""
+        """One completion request, step by step: admit it (a plan, a free slot), read and check its body,
+        pick its tier (forced by ``model``, scored, or the cascade's first), take a slot of that tier, send it.
+        ``raw`` is its body (``None``: read it through ASGI ``receive``; ``oversize``: it was over
+        ``max_body_bytes`` and not kept). Without ``receive`` the caller cancels this coroutine when the
+        client disconnects."""
         t0 = time.perf_counter()
         s = self.settings
         policy = self.policy
         if policy is None:
-            return Reply.error(503, "no routing plan loaded", headers=self._retry)
+            return Reply.failed(NoPlan(self._retry))
         if self.inflight >= (s.max_inflight or policy.inflight_total):
-            return self._shed("inflight", "too many requests in flight")
+            return self._refused(Overloaded("inflight", "too many requests in flight", self._retry))
         self.inflight += 1
         release = True
         try:
             if oversize:
-                raise BadRequest(f"request body exceeds {s.max_body_bytes} bytes", 413, code="request_too_large")
+                raise BodyTooLarge(s.max_body_bytes)
             if raw is None:
-                raw = await read_body(scope, receive, self.settings.max_body_bytes)
+                assert scope is not None and receive is not None  # the ASGI path hands both
+                raw = await read_body(scope, receive, s.max_body_bytes)
             body, prompt, stream, chars = parse_request(raw, kind)
             forced = policy.resolve_model(body.get("model"))
-            if forced is False:
-                raise BadRequest(
-                    f"unknown model '{body.get('model')}' (known: {', '.join(policy.model_names())})",
-                    404,
-                    "model",
-                    "model_not_found",
-                )
             score: float | None = None
             if forced is not None:
                 tier, cascade = forced, False
@@ -220,15 +249,8 @@ class Gateway:
                     score = policy.score_sync(prompt)
                 elif policy.scoring == "batch":
                     score = await policy.score_batched(prompt)
-                elif self.scoring >= s.max_scoring_queue:  # a slow scorer is short: shed, do not queue
-                    return self._shed("scoring", "routing is saturated")
                 else:
-                    # counted until the scoring thread is done, not until this request stops waiting: a client
-                    # that gives up does not free the thread, so it must not free the bound either
-                    self.scoring += 1
-                    job = asyncio.get_running_loop().run_in_executor(None, policy.score_sync, prompt)
-                    job.add_done_callback(self._scored)
-                    score = await asyncio.shield(job)
+                    score = await self._score_in_thread(policy, prompt)
                 tier, cascade = policy.tier_for_score(score), False
             else:
                 tier, cascade = 0, True
@@ -241,7 +263,7 @@ class Gateway:
             per_replica = s.tier_queue_per_replica or policy.inflight_per_replica[entry]
             if held >= per_replica * max(1, self.balancer.healthy(entry)):
                 self.observer.done(entry, False, 0.0, None)
-                return self._shed("tier_queue", f"tier '{entry}' is at capacity")
+                return self._refused(Overloaded("tier_queue", f"tier '{entry}' is at capacity", self._retry))
             self.tier_inflight[entry] = held + 1
             reply = await self._dispatch(policy, tier, cascade, kind, body, prompt, stream, receive, t0)
             if reply.stream is not None:  # closing the stream releases both holds
@@ -251,20 +273,35 @@ class Gateway:
             return reply
         except ClientGone:
             return Reply(499)
-        except BadRequest as exc:
-            self.metrics.count("-", exc.status)
-            return Reply.error(exc.status, exc.message, exc.kind, exc.param, exc.code)
-        except NoReplica as exc:
-            self.observer.done(exc.tier, False, 0.0, None)
-            self.metrics.count("-", 503)
-            return Reply.error(503, str(exc), "service_unavailable", headers=self._retry)
-        except Unanswered as exc:
-            self.observer.done(exc.tier, False, 0.0, None)
-            self.metrics.count(exc.tier, 504)
-            return Reply.error(504, str(exc), code="upstream_timeout")
+        except GatewayError as exc:
+            return self._refused(exc)
         finally:
             if release:
                 self.inflight -= 1
+
+    async def _score_in_thread(self, policy: RoutePolicy, prompt: str) -> float:
+        """Score on a worker thread (a slow scorer); a full queue is shed at once, not waited on."""
+        if self.scoring >= self.settings.max_scoring_queue:
+            raise Overloaded("scoring", "routing is saturated", self._retry)
+        # counted until the scoring thread is done, not until this request stops waiting: a client that gives up
+        # does not free the thread, so it must not free the bound either
+        self.scoring += 1
+        job = asyncio.get_running_loop().run_in_executor(None, policy.score_sync, prompt)
+        job.add_done_callback(self._scored)
+        return await asyncio.shield(job)
+
+    def _refused(self, exc: GatewayError) -> Reply:
+        """The answer to a request refused with ``exc``, counted: a shed by its bound (``boute_rejected``);
+        anything else in ``boute_requests`` under the tier that took the request ("-" when none did), and a
+        failure of the tier it was sent to also as that tier's failed request (the re-plan loop's record)."""
+        if isinstance(exc, Overloaded):
+            self.metrics.reject(exc.reason)
+        elif isinstance(exc, UpstreamFailure):
+            self.observer.done(exc.tier, False, 0.0, None)
+            self.metrics.count(exc.tier if exc.taken else "-", exc.status)
+        else:
+            self.metrics.count("-", exc.status)
+        return Reply.failed(exc)
 
     async def _dispatch(
         self,
@@ -275,7 +312,7 @@ class Gateway:
         body: dict[str, Any],
         prompt: str,
         stream: bool,
-        receive: Any,
+        receive: Receive | None,
         t0: float,
     ) -> Reply:
         """Send to the tier (or down the cascade) and answer. A streamed answer (``Reply.stream``) holds the
@@ -287,22 +324,22 @@ class Gateway:
                 if cascade
                 else self._single(policy, tier, kind, body, stream)
             )
-            outcome = await (unless_disconnected(receive, work) if receive is not None else work)
+            done = await (unless_disconnected(receive, work) if receive is not None else work)
         except BaseException:
             self.tier_inflight[entry] -= 1
             raise
-        if outcome is None:
+        if done is None:
             return Reply(499)
-        result, tier, waited, hops = outcome
-        tier_name = policy.tiers[tier]
-        overhead = time.perf_counter() - t0 - waited
+        result = done.answer
+        tier_name = policy.tiers[done.tier]
+        overhead = time.perf_counter() - t0 - done.waited_s
         headers = {
             "x-boute-tier": tier_name,
             "x-boute-replica": result.replica.id,
             "x-boute-overhead-ms": f"{overhead * 1e3:.3f}",
         }
-        if hops > 1:
-            headers["x-boute-hops"] = str(hops)
+        if done.hops > 1:
+            headers["x-boute-hops"] = str(done.hops)
         status = result.status if isinstance(result, Result) else 200
         self.metrics.observe(tier_name, status, overhead)
         if isinstance(result, Stream):  # its first chunk is in hand: the client's first token goes out now
@@ -325,18 +362,14 @@ class Gateway:
         headers["x-boute-ttft-ms"] = f"{seconds * 1e3:.3f}"
         self.metrics.first_token(tier, seconds)
 
-    def _shed(self, reason: str, why: str) -> Reply:
-        """429 at once with Retry-After: an overloaded gateway answers promptly instead of letting requests
-        wait past their client's timeout (counted by reason in ``boute_rejected``)."""
-        self.metrics.reject(reason)
-        return Reply.error(429, f"{why}; retry later", "rate_limit_exceeded", headers=self._retry)
-
     def release_stream(self, entry: str) -> None:
-        """A streamed request's holds end (called once by :class:`router.reply.HeldStream` when it closes)."""
+        """A streamed request's holds end (called once by :class:`HeldStream` when it closes)."""
         self.inflight -= 1
         self.tier_inflight[entry] -= 1
 
-    async def _single(self, policy: RoutePolicy, tier: int, kind: str, body: dict[str, Any], stream: bool) -> Any:
+    async def _single(
+        self, policy: RoutePolicy, tier: int, kind: str, body: dict[str, Any], stream: bool
+    ) -> Dispatched:
         name = policy.tiers[tier]
         proxy = self.proxy
         assert proxy is not None  # made in start(), before any request
@@ -344,9 +377,11 @@ class Gateway:
             out: Stream | Result = await proxy.open_stream(name, PATHS[kind], body)
         else:
             out = await proxy.complete(name, PATHS[kind], body)
-        return out, tier, out.upstream_s, 1
+        return Dispatched(out, tier, out.upstream_s, 1)
 
-    async def _cascade(self, policy: RoutePolicy, kind: str, body: dict[str, Any], prompt: str, stream: bool) -> Any:
+    async def _cascade(
+        self, policy: RoutePolicy, kind: str, body: dict[str, Any], prompt: str, stream: bool
+    ) -> Dispatched:
         """Tier 0 answers; the judge scores it; below the hop's threshold the next tier answers."""
         last = len(policy.tiers) - 1
         waited = 0.0
@@ -359,15 +394,57 @@ class Gateway:
             name = policy.tiers[hop]
             if hop == last and stream:
                 out = await proxy.open_stream(name, PATHS[kind], body)
-                return out, hop, waited + out.upstream_s, hop + 1
+                return Dispatched(out, hop, waited + out.upstream_s, hop + 1)
             res = await proxy.complete(name, PATHS[kind], inner)
             waited += res.upstream_s
             if hop == last or res.status != 200:
-                return res, hop, waited, hop + 1
+                return Dispatched(res, hop, waited, hop + 1)
             t = time.perf_counter()
             score = await judge.ajudge(prompt, response_text(res.body, kind))
             waited += time.perf_counter() - t
             if policy.accepts(hop, score):
-                return res, hop, waited, hop + 1
+                return Dispatched(res, hop, waited, hop + 1)
             self.metrics.escalations.inc()
         raise AssertionError("unreachable")
+
+
+class HeldStream:
+    """The relayed upstream stream as the client's body (:class:`router.http.reply.Body`). Closing it releases
+    the request's holds exactly once, also when it was never read: a client gone before the first chunk must
+    not leak in-flight counts or the upstream connection (an async generator that never started runs no
+    ``finally`` on ``aclose``). Its end is the request's end: served (latency to the last byte) or failed."""
+
+    __slots__ = ("gw", "upstream", "chunks", "entry", "tier", "t0", "closed")
+
+    def __init__(self, gw: Gateway, upstream: Stream, entry: str, tier: str, t0: float) -> None:
+        assert gw.proxy is not None
+        self.gw, self.upstream, self.entry, self.tier, self.t0 = gw, upstream, entry, tier, t0
+        self.chunks = gw.proxy.relay(upstream)
+        self.closed = False
+
+    def __aiter__(self) -> HeldStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self.chunks.__anext__()
+        except StopAsyncIteration:
+            latency = time.perf_counter() - self.t0
+            if self.upstream.failed:  # a failure mid-stream is a failed request, not a served one
+                self.gw.metrics.stream_failure(self.tier)
+                self.gw.observer.done(self.tier, False, 0.0, None)
+            else:
+                self.gw.metrics.served(self.tier, latency)
+                self.gw.observer.done(self.tier, True, latency, None)
+            raise
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.chunks.aclose()
+        finally:
+            assert self.gw.proxy is not None
+            self.gw.proxy.finish(self.upstream, ok=True, done=False)  # no-op once the relay has finished it
+            self.gw.release_stream(self.entry)

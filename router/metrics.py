@@ -5,16 +5,29 @@ Labelled children are cached so the hot path does a dict lookup, not a label res
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from boute.specs.plan import Plan
 
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1, 1.0)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 
 
+class Gauged(Protocol):
+    """What the gauges read from the gateway (:class:`router.gateway.Gateway`) when they are scraped."""
+
+    @property
+    def inflight(self) -> int: ...
+
+    def judge_failures(self) -> int: ...
+
+    def healthy_tiers(self) -> dict[str, int]: ...
+
+
 class Metrics:
-    def __init__(self, gateway: Any) -> None:
+    def __init__(self, gateway: Gauged) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -65,15 +78,15 @@ class Metrics:
             "answers the current plan's cascade judge could not score (error, timeout, no rating): each escalated",
             registry=r,
         )
-        judge_failed.set_function(lambda: float(getattr(getattr(gateway.policy, "judge", None), "failures", 0)))
+        judge_failed.set_function(lambda: float(gateway.judge_failures()))
         inflight = Gauge("boute_inflight", "requests in progress", registry=r)
         inflight.set_function(lambda: gateway.inflight)
         healthy = Gauge("boute_healthy_replicas", "available replicas per tier", ["tier"], registry=r)
         self._healthy = healthy
         self._gateway = gateway
-        self._children: dict[tuple[str, int], Any] = {}
-        self._latency: dict[str, Any] = {}
-        self._ttft: dict[str, Any] = {}
+        self._children: dict[tuple[str, int], Counter] = {}
+        self._latency: dict[str, Histogram] = {}
+        self._ttft: dict[str, Histogram] = {}
 
     def count(self, tier: str, code: int) -> None:
         key = (tier, code)
@@ -106,7 +119,7 @@ class Metrics:
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()
 
-    def plan(self, plan: Any) -> None:
+    def plan(self, plan: Plan) -> None:
         """Publish the plan's promise (shares from its fractions; P95 and quality from its prediction)."""
         self.promised_share.clear()
         for tier, f in zip(plan.routing.tiers, plan.routing.fractions or [], strict=False):
@@ -120,6 +133,6 @@ class Metrics:
         total = sum(ok.values())
         for t, n in ok.items():
             self.served_share.labels(t).set(n / total if total else 0.0)
-        for tier, n in self._gateway.balancer.healthy_tiers().items():
+        for tier, n in self._gateway.healthy_tiers().items():
             self._healthy.labels(tier).set(n)
         return generate_latest(self.registry)

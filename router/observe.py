@@ -14,9 +14,10 @@ import logging
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Callable
 
 from boute.replan.window import KEEP, Reservoir, Snapshot, TierStats, group_key
+from router.balancer import Balancer
 
 log = logging.getLogger("boute.router.observe")
 
@@ -81,7 +82,7 @@ class Observer:
         self._reset(now)
         return snap
 
-    async def run(self, healthy: Any, redis_url: str | None, key: str) -> None:
+    async def run(self, healthy: Callable[[], dict[str, int]], redis_url: str | None, key: str) -> None:
         """Close an interval every ``interval_s`` and push it (``healthy()``: replica group -> count)."""
         r = None
         if redis_url is not None:
@@ -106,7 +107,7 @@ class Observer:
                 await r.aclose()
 
 
-def healthy_groups(balancer: Any) -> dict[str, int]:
+def healthy_groups(balancer: Balancer) -> dict[str, int]:
     """Healthy replicas per replica group, from the balancer's view."""
     now = time.monotonic()
     out: dict[str, int] = {}

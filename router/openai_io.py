@@ -1,4 +1,5 @@
-"""OpenAI wire format: request checks, error bodies, and turning a finished completion into an SSE stream.
+"""OpenAI wire format: request checks, and turning a finished completion into an SSE stream (error bodies are
+:meth:`router.errors.GatewayError.body`).
 
 Checks are hand-written (not pydantic) because they run on every request: the gateway only needs to know
 the model, the prompt text for scoring, and whether to stream; everything else passes through untouched.
@@ -11,28 +12,9 @@ from typing import Any
 import orjson
 
 from boute.serving.limits import context_error, min_tokens
+from router.errors import BadRequest
 
 CHAT, COMPLETION = "chat", "completion"
-
-
-class BadRequest(Exception):
-    """A client mistake, answered with OpenAI's error shape."""
-
-    def __init__(
-        self, message: str, status: int = 400, param: str | None = None, code: str | None = None, kind: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.message, self.status, self.param, self.code = message, status, param, code
-        self.kind = error_type(status, kind)
-
-
-def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
-
-
-def error_type(status: int, kind: str | None = None) -> str:
-    """OpenAI's error ``type``: ``kind`` when given, else by status (the client's fault below 500)."""
-    return kind or ("invalid_request_error" if status < 500 else "server_error")
 
 
 def _text_of(content: Any, where: str) -> str:

@@ -4,9 +4,9 @@ Why before the first byte only: once the client has part of an answer the reques
 its point of view. Until then a failure of the replica (refused connection, reset, connect timeout, 5xx,
 empty stream) is invisible: the replica is charged a failure and the next-best replica of the same tier is
 tried. A read timeout is not the replica's failure but most likely the request's own length
-(:mod:`router.upstream_errors`): it is neither charged nor retried, and the client gets 504
-(:class:`Unanswered`). Streaming responses are only handed to the client after the upstream's first chunk
-has arrived.
+(:mod:`router.errors`): it is neither charged nor retried, and the client gets 504
+(:class:`~router.errors.Unanswered`). Streaming responses are only handed to the client after the upstream's
+first chunk has arrived.
 
 The HTTP client is :mod:`router.upstream` (keep-alive HTTP/1.1 on asyncio protocols + httptools). It replaced
 aiohttp, which had replaced httpx: on this project's bench httpx's pool managed ~85 req/s at 50 concurrent
@@ -26,25 +26,8 @@ import orjson
 from boute.serving.auth import replica_token
 from router.balancer import BackendState, Balancer
 from router.config import Settings
-from router.upstream import Connection, Endpoint, Pool, UpstreamError
-
-
-class NoReplica(Exception):
-    """Every replica of the tier is down or failed for this request."""
-
-    def __init__(self, tier: str, tried: int, last: str | None) -> None:
-        self.tier, self.tried, self.last = tier, tried, last
-        detail = f"; last error: {last}" if last else ""
-        super().__init__(f"no healthy replica of tier '{tier}' could serve the request (tried {tried}){detail}")
-
-
-class Unanswered(Exception):
-    """The replica took the request and then sent nothing for the read timeout: not retried (another replica
-    would take as long over the same request, and the work would be repeated), not charged (answered 504)."""
-
-    def __init__(self, tier: str, replica: str, why: str) -> None:
-        self.tier = tier
-        super().__init__(f"replica {replica} of tier '{tier}' did not answer in time ({why}); not retried")
+from router.errors import NoReplica, Unanswered, UpstreamError, retry_after
+from router.upstream import Connection, Endpoint, Pool
 
 
 @dataclass(slots=True)
@@ -86,6 +69,7 @@ class Proxy:
         self.client = client
         self.balancer = balancer
         self.attempts = settings.retries + 1
+        self._retry = retry_after(settings.retry_after_s)  # sent with NoReplica's 503
 
     @staticmethod
     def _payload(body: dict[str, Any], replica: BackendState) -> bytes:
@@ -124,7 +108,7 @@ class Proxy:
                 continue
             bal.success(r)
             return Result(status, content, r, time.perf_counter() - t0)
-        raise NoReplica(tier, len(tried), last)
+        raise NoReplica(tier, len(tried), last, self._retry)
 
     async def open_stream(self, tier: str, path: str, body: dict[str, Any]) -> Stream | Result:
         """Open a streaming call and read its first chunk; a 4xx comes back as a Result instead."""
@@ -169,7 +153,7 @@ class Proxy:
                     pool.discard(conn)
                 r.outstanding -= 1
                 raise
-        raise NoReplica(tier, len(tried), last)
+        raise NoReplica(tier, len(tried), last, self._retry)
 
     async def relay(self, s: Stream) -> AsyncGenerator[bytes, None]:
         """Yield the stream to the client; a mid-stream failure ends it with an SSE error event."""

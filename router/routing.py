@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from boute.errors import SpecError
 from boute.quality.router_kinds import Scorer, router_kind
 from boute.specs.plan import Plan, Routing
 from router.admission import MIN_GATEWAY_INFLIGHT, planned_inflight, tier_context
+from router.errors import UnknownModel
 from router.score_batch import ScoreBatcher
 
 
@@ -178,13 +179,15 @@ class RoutePolicy:
     def model_names(self) -> list[str]:
         return ["boute", *(f"router-{t}" for t in self.tiers)]
 
-    def resolve_model(self, name: Any) -> int | None | bool:
-        """Tier index if ``name`` forces one, None for automatic routing, False if unknown."""
+    def resolve_model(self, name: str | None) -> int | None:
+        """Tier index if ``name`` forces one, None for automatic routing; :class:`router.errors.UnknownModel`
+        if it is neither."""
         if name is None or name in self.auto_names:
             return None
-        if isinstance(name, str) and name in self.forced:
-            return self.forced[name]
-        return False
+        tier = self.forced.get(name)
+        if tier is None:
+            raise UnknownModel(name, self.model_names())
+        return tier
 
     async def score_batched(self, prompt: str) -> float:
         """Score with the prompts that arrive in the same event-loop turn, in one ``score`` call."""

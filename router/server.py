@@ -19,7 +19,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000, log_lev
     import uvicorn
 
     from router.app import create_app, fast_app
-    from router.uvicorn_compat import gateway_http
+    from router.http.uvicorn_compat import gateway_http
 
     app = create_app(settings)
     config = uvicorn.Config(

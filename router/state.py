@@ -23,12 +23,9 @@ import orjson
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.specs.plan import Plan
 from router.config import Settings
+from router.errors import SharedStateUnavailable
 
 log = logging.getLogger("boute.router.state")
-
-
-class SharedStateUnavailable(Exception):
-    """Redis is configured but cannot be written: the change would not reach the other instances."""
 
 
 #: adopt a plan and registry; False when the plan is refused (its routing cannot be compiled): the previous
@@ -107,7 +104,7 @@ class SharedState:
             await self._redis.set(self.k_plan, doc)
             await self._redis.publish(self.channel, orjson.dumps({"kind": "plan", "version": version}))
         except Exception as exc:  # redis errors, OSError
-            raise SharedStateUnavailable(f"shared state unavailable: {exc}") from None
+            raise SharedStateUnavailable(exc) from None
         self._apply(plan, self.backends, version=version)
         return version
 
@@ -117,7 +114,7 @@ class SharedState:
                 await self._redis.set(self.k_backends, BACKENDS.dump_json(backends))
                 await self._redis.publish(self.channel, orjson.dumps({"kind": "backends"}))
             except Exception as exc:
-                raise SharedStateUnavailable(f"shared state unavailable: {exc}") from None
+                raise SharedStateUnavailable(exc) from None
         self._apply(self.plan, backends, version=self.plan_version)
 
     def report_down(self, backend_id: str) -> None:

@@ -85,7 +85,7 @@ def test_uvicorn_is_bounded_to_the_range_whose_internals_the_gateway_uses() -> N
 
 
 def test_the_installed_uvicorn_has_the_internals() -> None:
-    from router.uvicorn_compat import missing_internals
+    from router.http.uvicorn_compat import missing_internals
 
     assert missing_internals() == []
 
@@ -117,7 +117,7 @@ def _without_start_task() -> type:
 def test_missing_internals_choose_the_stock_protocol_with_one_warning(
     make, named: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from router.uvicorn_compat import gateway_http, missing_internals
+    from router.http.uvicorn_compat import gateway_http, missing_internals
 
     fake = make()
     missing = missing_internals(fake)
@@ -130,8 +130,8 @@ def test_missing_internals_choose_the_stock_protocol_with_one_warning(
 
 
 def test_the_installed_uvicorn_gets_the_fast_protocol(caplog: pytest.LogCaptureFixture) -> None:
-    from router.http_protocol import GatewayHttpProtocol
-    from router.uvicorn_compat import gateway_http
+    from router.http.protocol import GatewayHttpProtocol
+    from router.http.uvicorn_compat import gateway_http
 
     with caplog.at_level(logging.WARNING):
         chosen = gateway_http(object())  # type: ignore[arg-type]  # bound, never served here

@@ -1,4 +1,4 @@
-"""HTTP/1.1 semantics of the gateway's completion fast path (router/http_protocol.py), over raw sockets.
+"""HTTP/1.1 semantics of the gateway's completion fast path (router/http/protocol.py), over raw sockets.
 
 The fast path serves completion requests from uvicorn's parser callbacks without ASGI; these check that it
 keeps what uvicorn did: pipelined requests answered in order, HTTP/1.0 and ``Connection: close``, chunked

@@ -20,7 +20,8 @@ from boute.sim.weights import replica_capacity
 from boute.specs.plan import Plan
 from router.balancer import Balancer
 from router.config import Settings
-from router.openai_io import CHAT, BadRequest, completion_as_sse, parse_request
+from router.errors import BadRequest, UnknownModel
+from router.openai_io import CHAT, completion_as_sse, parse_request
 from router.routing import RoutePolicy
 from tests.stack import TEST_PLAN
 
@@ -97,7 +98,9 @@ def test_length_policy_routes_long_prompts_to_large_tier_and_forces_by_name() ->
     assert policy.tier_for_score(policy.score_sync("hi")) == 0
     assert policy.tier_for_score(policy.score_sync("x" * 5000)) == 1
     assert policy.resolve_model("router-large") == 1 and policy.resolve_model("small") == 0
-    assert policy.resolve_model("boute") is None and policy.resolve_model("gpt-9") is False
+    assert policy.resolve_model("boute") is None
+    with pytest.raises(UnknownModel, match="unknown model 'gpt-9'"):
+        policy.resolve_model("gpt-9")
     assert LengthScorer(["a", "bbb"]).score(["bb"]).tolist() == [0.5]
 
 

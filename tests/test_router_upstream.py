@@ -1,4 +1,4 @@
-"""The gateway's upstream HTTP client (router/upstream.py) against scripted asyncio servers.
+"""The gateway's upstream HTTP client (router/upstream/) against scripted asyncio servers.
 
 Each case is a failure or framing mode the aiohttp client it replaced handled: keep-alive reuse, chunked and
 EOF-delimited bodies, a stale pooled connection, refused connections, read timeouts, resets, cancellation.
@@ -312,7 +312,8 @@ async def test_a_read_timeout_is_neither_retried_nor_charged_a_reset_is_both() -
     from boute.specs.plan import Plan
     from router.balancer import Balancer
     from router.config import Settings
-    from router.proxy import NoReplica, Proxy, Unanswered, make_client
+    from router.errors import NoReplica, Unanswered
+    from router.proxy import Proxy, make_client
     from tests.stack import TEST_PLAN
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -20,6 +20,7 @@ import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -42,23 +43,22 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
 
 
-def _error(status: int, message: str, kind: str = "BadRequestError") -> Response:
-    """SGLang's OpenAI error body (``serving_base.create_error_response``)."""
-    return _json({"object": "error", "message": message, "type": kind, "param": None, "code": status}, status)
-
-
-def _native_error(status: int, message: str) -> Response:
-    """SGLang's native-route error body (``http_server._create_error_response``)."""
-    return _json({"error": {"message": message}}, status)
-
-
 class _Bad(Exception):
     """A request refused with 400; ``kind`` is SGLang's error type for it: "Bad Request" where its request
-    model refuses the body (FastAPI validation), "BadRequestError" where its serving code does (context)."""
+    model refuses the body (FastAPI validation), "BadRequestError" where its serving code does (context).
+    Answered in the shape of the route that refused it: :meth:`openai_response` or :meth:`native_response`."""
 
     def __init__(self, message: str, kind: str = "Bad Request") -> None:
         super().__init__(message)
         self.kind = kind
+
+    def openai_response(self) -> Response:
+        """SGLang's OpenAI error body (``serving_base.create_error_response``)."""
+        return _json({"object": "error", "message": str(self), "type": self.kind, "param": None, "code": 400}, 400)
+
+    def native_response(self) -> Response:
+        """SGLang's native-route error body (``http_server._create_error_response``)."""
+        return _json({"error": {"message": str(self)}}, 400)
 
 
 #: SGLang's usage fields beyond the three counts (no reasoning parser, no cache report: null and zero)
@@ -85,6 +85,41 @@ def _max_tokens(body: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
+async def _parse(request: Request) -> dict[str, Any]:
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise _Bad(f"invalid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _Bad("body must be a JSON object")
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """An OpenAI completion request as the replica reads it."""
+
+    chat: bool
+    prompt: str  # the text answered: the last user message (chat), the first prompt (completion)
+    prompt_tokens: int
+    max_tokens: int | None  # the answer's cap (None: the responder's own length)
+    stream: bool
+    include_usage: bool  # a streamed request's usage-only last chunk (``stream_options.include_usage``)
+    model: str  # echoed in the answer: the request's (the gateway sets it to the replica's), else the served name
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What the replica generates for an OpenAI request: the sequence in the engine, and the fields of the
+    answer fixed when it was submitted."""
+
+    seq: Sequence
+    rid: str
+    created: int
+    usage: dict[str, Any]
+    finish: str  # "length" when the cap cut it, else "stop"
+
+
 class RequireToken:
     """ASGI middleware: SGLang's ``--api-key`` rule (:func:`boute.serving.auth.open_path`, 401 otherwise)."""
 
@@ -103,32 +138,59 @@ class RequireToken:
         await self.app(scope, receive, send)
 
 
-def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
-    """The replica's app; ``token`` (default: ``BOUTE_REPLICA_TOKEN``) makes it refuse requests without it."""
-    from boute.catalog import builtin_catalog, load_catalog_file
-    from boute.perf import replica_perf
+class ReplicaApi:
+    """One emulated replica's routes over its engine. A completion request goes through named steps: read it
+    (SGLang's checks, in its order), submit its answer to the engine, then answer whole or as a stream."""
 
-    # the plan's own catalog (scenario-defined hardware, calibrated factors): timed as the optimiser timed it
-    cat = load_catalog_file(cfg.catalog) if cfg.catalog else builtin_catalog()
-    perf = replica_perf(cat.model(cfg.model), cat.gpu(cfg.gpu), tp=cfg.tp, pp=cfg.pp, dtype=cfg.dtype)
-    responder = Responder(cfg)
-    engine = Engine(perf, speedup=cfg.speedup, max_running=cfg.max_running)
-    name = cfg.name
-    context = cat.model(cfg.model).max_context
-    started = int(time.time())
+    def __init__(self, cfg: ReplicaConfig) -> None:
+        from boute.catalog import builtin_catalog, load_catalog_file
+        from boute.perf import replica_perf
 
-    def _fit(prompt_tokens: int, max_tokens: int | None) -> int | None:
+        # the plan's own catalog (scenario-defined hardware, calibrated factors): timed as the optimiser timed it
+        cat = load_catalog_file(cfg.catalog) if cfg.catalog else builtin_catalog()
+        perf = replica_perf(cat.model(cfg.model), cat.gpu(cfg.gpu), tp=cfg.tp, pp=cfg.pp, dtype=cfg.dtype)
+        self.cfg = cfg
+        self.responder = Responder(cfg)
+        self.engine = Engine(perf, speedup=cfg.speedup, max_running=cfg.max_running)
+        self.name = cfg.name
+        self.context = cat.model(cfg.model).max_context
+        self.started = int(time.time())
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.openai, methods=["POST"]),
+            Route("/v1/completions", self.openai, methods=["POST"]),
+            Route("/generate", self.generate, methods=["POST"]),
+            Route("/v1/models", self.models),
+            Route("/health", self.health),
+            Route("/health_generate", self.health),
+            Route("/get_model_info", self.model_info),
+            Route("/model_info", self.model_info),
+            Route("/get_server_info", self.server_info),
+            Route("/server_info", self.server_info),
+        ]
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.engine.start()
+        try:
+            yield
+        finally:
+            await self.engine.stop()
+
+    # ---- shared steps -------------------------------------------------------------------------
+    def _fit(self, prompt_tokens: int, max_tokens: int | None) -> int | None:
         """SGLang's context rule (:mod:`boute.serving.limits`): _Bad (400, its message) when the request cannot
         fit; else the answer's cap, which without ``max_tokens`` is the room left in the context (SGLang stops
         there with finish reason ``length``). Checked before the answer is built: an answer of 10^8 pieces took
         minutes of CPU and blocked every replica of the process, health checks included (issue 28)."""
-        why = context_error(prompt_tokens, max_tokens, context)
+        why = context_error(prompt_tokens, max_tokens, self.context)
         if why is not None:
             raise _Bad(why, "BadRequestError")
-        room = context - prompt_tokens
-        return max_tokens if max_tokens is not None or cfg.default_output_tokens <= room else room
+        room = self.context - prompt_tokens
+        return max_tokens if max_tokens is not None or self.cfg.default_output_tokens <= room else room
 
-    async def _wait_or_cancel(request: Request, seq: Sequence) -> bool:
+    async def _wait_or_cancel(self, request: Request, seq: Sequence) -> bool:
         """Wait for a non-streamed sequence; False (and cancelled) if the client went away first."""
 
         async def disconnected() -> None:
@@ -141,128 +203,134 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
         finally:
             watcher.cancel()
         if not seq.done.done():
-            engine.cancel(seq)
+            self.engine.cancel(seq)
             return False
         return True
 
-    async def _parse(request: Request) -> dict[str, Any]:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise _Bad(f"invalid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise _Bad("body must be a JSON object")
-        return body
-
-    async def openai(request: Request) -> Response:
+    # ---- OpenAI API ---------------------------------------------------------------------------
+    async def openai(self, request: Request) -> Response:
+        """``/v1/chat/completions`` and ``/v1/completions``."""
         t_in = time.perf_counter()
         chat = request.url.path.endswith("/chat/completions")
         try:
-            body = await _parse(request)
-            if chat:
-                msgs = body.get("messages")
-                if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-                    raise _Bad("'messages' must be a non-empty list of objects")
-                texts = [_text(m.get("content")) for m in msgs]
-                users = [t for m, t in zip(msgs, texts, strict=True) if m.get("role") == "user"]
-                prompt = users[-1] if users else texts[-1]
-                prompt_tokens = sum(count_tokens(t) for t in texts) + CHAT_TEMPLATE_TOKENS
-            else:
-                p = body.get("prompt")
-                prompt = p[0] if isinstance(p, list) and p and isinstance(p[0], str) else p
-                if not isinstance(prompt, str):
-                    raise _Bad("'prompt' must be a string")
-                prompt_tokens = count_tokens(prompt)
-            max_tokens = _fit(prompt_tokens, _max_tokens(body, "max_completion_tokens", "max_tokens"))
-            stream = bool(body.get("stream"))
-            opts = body.get("stream_options")
-            include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
+            asked = self._read_openai(await _parse(request), chat)
         except _Bad as exc:
-            return _error(400, str(exc), exc.kind)
-        out, truncated = responder.answer(prompt, max_tokens)
-        finish = "length" if truncated else "stop"
-        seq = engine.submit(out, prompt_tokens, stream)
-        rid, created = f"{'chatcmpl' if chat else 'cmpl'}-emu{next(_ids)}", int(time.time())
+            return exc.openai_response()
+        answer = self._submit(asked)
+        if not asked.stream:
+            return await self._whole(request, asked, answer, t_in)
+        return RelayResponse(self._events(asked, answer), media_type="text/event-stream")
+
+    def _read_openai(self, body: dict[str, Any], chat: bool) -> _Asked:
+        """The request's prompt, its tokens and the answer's cap; _Bad (400) on what SGLang refuses."""
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+                raise _Bad("'messages' must be a non-empty list of objects")
+            texts = [_text(m.get("content")) for m in msgs]
+            users = [t for m, t in zip(msgs, texts, strict=True) if m.get("role") == "user"]
+            prompt = users[-1] if users else texts[-1]
+            prompt_tokens = sum(count_tokens(t) for t in texts) + CHAT_TEMPLATE_TOKENS
+        else:
+            p = body.get("prompt")
+            prompt = p[0] if isinstance(p, list) and p and isinstance(p[0], str) else p
+            if not isinstance(prompt, str):
+                raise _Bad("'prompt' must be a string")
+            prompt_tokens = count_tokens(prompt)
+        max_tokens = self._fit(prompt_tokens, _max_tokens(body, "max_completion_tokens", "max_tokens"))
+        stream = bool(body.get("stream"))
+        opts = body.get("stream_options")
+        include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
+        model = body.get("model")
+        return _Asked(
+            chat,
+            prompt,
+            prompt_tokens,
+            max_tokens,
+            stream,
+            include_usage,
+            model if isinstance(model, str) else self.name,
+        )
+
+    def _submit(self, asked: _Asked) -> _Answer:
+        """Build the answer's pieces and hand them to the engine, which emits them on its clock."""
+        out, truncated = self.responder.answer(asked.prompt, asked.max_tokens)
+        seq = self.engine.submit(out, asked.prompt_tokens, asked.stream)
+        rid, created = f"{'chatcmpl' if asked.chat else 'cmpl'}-emu{next(_ids)}", int(time.time())
         usage = {
-            "prompt_tokens": prompt_tokens,
+            "prompt_tokens": asked.prompt_tokens,
             "completion_tokens": len(out),
-            "total_tokens": prompt_tokens + len(out),
+            "total_tokens": asked.prompt_tokens + len(out),
             **_USAGE_EXTRA,
         }
-        # SGLang answers with the request's model name (the gateway sets it to the replica's)
-        model = body.get("model") if isinstance(body.get("model"), str) else name
-        if not stream:
-            if not await _wait_or_cancel(request, seq):
-                return Response(status_code=499)
-            text = seq.text()
-            message = {"role": "assistant", "content": text, "reasoning_content": None}
-            choice: dict[str, Any] = (
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "matched_stop": None}
-                if chat
-                else {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
-            )
-            obj = "chat.completion" if chat else "text_completion"
-            # service_ms: time inside this handler, so a bench can subtract the backend's own (modelled,
-            # load-dependent) time from client latency and compare proxies without that noise
-            service_ms = round((time.perf_counter() - t_in) * 1e3, 3)
-            return _json(
-                {
-                    "id": rid,
-                    "object": obj,
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                    "usage": usage,
-                    # SGLang's weight-version record (one version, "default", for every token)
-                    "metadata": {
-                        "weight_version": "default",
-                        "weight_versions": [{"version": "default", "start": 0, "end": len(out)}],
-                    },
-                    "service_ms": service_ms,
-                }
-            )
+        return _Answer(seq, rid, created, usage, "length" if truncated else "stop")
 
+    async def _whole(self, request: Request, asked: _Asked, answer: _Answer, t_in: float) -> Response:
+        """The whole answer once the engine has emitted it (499 when the client left first)."""
+        if not await self._wait_or_cancel(request, answer.seq):
+            return Response(status_code=499)
+        text = answer.seq.text()
+        finish = answer.finish
+        message = {"role": "assistant", "content": text, "reasoning_content": None}
+        choice: dict[str, Any] = (
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+            if asked.chat
+            else {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+        )
+        # service_ms: time inside this handler, so a bench can subtract the backend's own (modelled,
+        # load-dependent) time from client latency and compare proxies without that noise
+        service_ms = round((time.perf_counter() - t_in) * 1e3, 3)
+        return _json(
+            {
+                "id": answer.rid,
+                "object": "chat.completion" if asked.chat else "text_completion",
+                "created": answer.created,
+                "model": asked.model,
+                "choices": [choice],
+                "usage": answer.usage,
+                # SGLang's weight-version record (one version, "default", for every token)
+                "metadata": {
+                    "weight_version": "default",
+                    "weight_versions": [{"version": "default", "start": 0, "end": answer.usage["completion_tokens"]}],
+                },
+                "service_ms": service_ms,
+            }
+        )
+
+    async def _events(self, asked: _Asked, answer: _Answer) -> AsyncIterator[bytes]:
+        """The answer as SGLang streams it: a role chunk (chat), a chunk per token, the finish chunk, the
+        usage-only chunk when asked, ``[DONE]``. Closing it frees the batch slot of a client that left."""
+        chat, seq = asked.chat, answer.seq
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":[' % (
-            rid.encode(),
+            answer.rid.encode(),
             obj.encode(),
-            created,
-            orjson.dumps(model),
+            answer.created,
+            orjson.dumps(asked.model),
         )
         # completion chunks carry "usage": null, chat chunks no usage key (as SGLang's do)
         tail = b"]}\n\n" if chat else b'],"usage":null}\n\n'
-
-        def chunk(piece: str | None, fin: str | None) -> bytes:
+        try:
             if chat:
-                delta = {"reasoning_content": None} if piece is None else {"reasoning_content": None, "content": piece}
-                c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": fin, "matched_stop": None}
-            else:
-                c = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": fin, "matched_stop": None}
-            return b"data: " + head + orjson.dumps(c) + tail
+                yield (
+                    b"data: "
+                    + head
+                    + b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},'
+                    + b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
+                )
+            q = seq.stream
+            assert q is not None
+            while (piece := await q.get()) is not None:
+                yield _chunk(head, tail, chat, piece, None)
+            yield _chunk(head, tail, chat, None, answer.finish)
+            if asked.include_usage:  # SGLang: a last chunk with no choices and the usage
+                yield b"data: " + head + b'],"usage":' + orjson.dumps(answer.usage) + b"}\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.engine.cancel(seq)  # no-op once finished; frees the batch slot when the client left
 
-        async def events() -> AsyncIterator[bytes]:
-            try:
-                if chat:
-                    yield (
-                        b"data: "
-                        + head
-                        + b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},'
-                        + b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
-                    )
-                q = seq.stream
-                assert q is not None
-                while (piece := await q.get()) is not None:
-                    yield chunk(piece, None)
-                yield chunk(None, finish)
-                if include_usage:  # SGLang: a last chunk with no choices and the usage
-                    yield b"data: " + head + b'],"usage":' + orjson.dumps(usage) + b"}\n\n"
-                yield b"data: [DONE]\n\n"
-            finally:
-                engine.cancel(seq)  # no-op once finished; frees the batch slot when the client left
-
-        return RelayResponse(events(), media_type="text/event-stream")
-
-    async def generate(request: Request) -> Response:
+    # ---- SGLang native API --------------------------------------------------------------------
+    async def generate(self, request: Request) -> Response:
         """SGLang native: {"text", "sampling_params": {"max_new_tokens"}, "stream"}."""
         try:
             body = await _parse(request)
@@ -273,12 +341,12 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             if not isinstance(sp, dict):
                 raise _Bad("'sampling_params' must be an object")
             prompt_tokens = count_tokens(prompt)
-            max_tokens = _fit(prompt_tokens, _max_tokens(sp, "max_new_tokens"))
+            max_tokens = self._fit(prompt_tokens, _max_tokens(sp, "max_new_tokens"))
         except _Bad as exc:
-            return _native_error(400, str(exc))
-        out, truncated = responder.answer(prompt, max_tokens)
+            return exc.native_response()
+        out, truncated = self.responder.answer(prompt, max_tokens)
         stream = bool(body.get("stream"))
-        seq = engine.submit(out, prompt_tokens, stream)
+        seq = self.engine.submit(out, prompt_tokens, stream)
         rid, t0 = f"emu{next(_ids)}", time.perf_counter()
 
         def meta(done: bool) -> dict[str, Any]:
@@ -290,7 +358,7 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             return m
 
         if not stream:
-            if not await _wait_or_cancel(request, seq):
+            if not await self._wait_or_cancel(request, seq):
                 return Response(status_code=499)
             return _json({"text": seq.text(), "meta_info": meta(True)})
 
@@ -303,18 +371,21 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
                 yield b"data: " + orjson.dumps({"text": seq.text(), "meta_info": meta(True)}) + b"\n\n"
                 yield b"data: [DONE]\n\n"
             finally:
-                engine.cancel(seq)
+                self.engine.cancel(seq)
 
         return RelayResponse(events(), media_type="text/event-stream")
 
-    async def models(request: Request) -> Response:
-        card = {"id": name, "object": "model", "created": started, "owned_by": "sglang", "root": name}
-        return _json({"object": "list", "data": [{**card, "parent": None, "max_model_len": context}]})
+    # ---- model and server info ----------------------------------------------------------------
+    async def models(self, request: Request) -> Response:
+        name = self.name
+        card = {"id": name, "object": "model", "created": self.started, "owned_by": "sglang", "root": name}
+        return _json({"object": "list", "data": [{**card, "parent": None, "max_model_len": self.context}]})
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
         return Response(b"", 200)
 
-    async def model_info(request: Request) -> Response:
+    async def model_info(self, request: Request) -> Response:
+        name = self.name
         return _json(
             {
                 "model_path": name,
@@ -326,11 +397,12 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             }
         )
 
-    async def server_info(request: Request) -> Response:
+    async def server_info(self, request: Request) -> Response:
+        engine = self.engine
         return _json(
             {
-                **cfg.model_dump(),
-                "context_length": context,
+                **self.cfg.model_dump(),
+                "context_length": self.context,
                 "kv_capacity_tokens": engine.kv_capacity,
                 "running": len(engine.running),
                 "waiting": len(engine.waiting),
@@ -339,28 +411,22 @@ def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
             }
         )
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        engine.start()
-        try:
-            yield
-        finally:
-            await engine.stop()
 
-    routes = [
-        Route("/v1/chat/completions", openai, methods=["POST"]),
-        Route("/v1/completions", openai, methods=["POST"]),
-        Route("/generate", generate, methods=["POST"]),
-        Route("/v1/models", models),
-        Route("/health", health),
-        Route("/health_generate", health),
-        Route("/get_model_info", model_info),
-        Route("/model_info", model_info),
-        Route("/get_server_info", server_info),
-        Route("/server_info", server_info),
-    ]
+def _chunk(head: bytes, tail: bytes, chat: bool, piece: str | None, fin: str | None) -> bytes:
+    """One SSE chunk of a streamed OpenAI answer: a token (``piece``), or the finish chunk (``fin``)."""
+    if chat:
+        delta = {"reasoning_content": None} if piece is None else {"reasoning_content": None, "content": piece}
+        c = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": fin, "matched_stop": None}
+    else:
+        c = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": fin, "matched_stop": None}
+    return b"data: " + head + orjson.dumps(c) + tail
+
+
+def create_app(cfg: ReplicaConfig, token: str | None = None) -> Starlette:
+    """The replica's app; ``token`` (default: ``BOUTE_REPLICA_TOKEN``) makes it refuse requests without it."""
+    api = ReplicaApi(cfg)
     token = token or replica_token()
     guard = [Middleware(RequireToken, token=token)] if token else []
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=guard)
-    app.state.engine = engine
+    app = Starlette(routes=api.routes(), lifespan=api.lifespan, middleware=guard)
+    app.state.engine = api.engine
     return app

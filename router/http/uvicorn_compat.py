@@ -1,6 +1,6 @@
 """Does the installed uvicorn have what the gateway's fast path builds on? Checked once, at start-up.
 
-:class:`router.http_protocol.GatewayHttpProtocol` subclasses uvicorn's ``HttpToolsProtocol`` and works inside
+:class:`router.http.protocol.GatewayHttpProtocol` subclasses uvicorn's ``HttpToolsProtocol`` and works inside
 it: it reads and replaces the connection's current ``cycle``, queues requests on its ``pipeline``, pauses
 reading through its ``flow``, registers tasks in its ``tasks``, writes with the module's ``STATUS_LINE`` and
 the server's ``default_headers``, and relies on uvicorn starting every request (the first on a connection and
@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from router.gateway import Gateway
+    from router.http.protocol import Completions
 
 log = logging.getLogger("boute.router.http")
 
@@ -136,7 +136,7 @@ def _drive(base: type, loop: asyncio.AbstractEventLoop) -> list[str]:
     return []
 
 
-def gateway_http(gateway: Gateway, base: type | None = None) -> type | str:
+def gateway_http(gateway: Completions, base: type | None = None) -> type | str:
     """``uvicorn.Config(http=...)`` for the gateway: the fast protocol bound to ``gateway`` when the installed
     uvicorn (or ``base``, in tests) has its internals, else ``"httptools"`` (uvicorn's stock protocol) after
     one warning line."""
@@ -151,6 +151,6 @@ def gateway_http(gateway: Gateway, base: type | None = None) -> type | str:
             "; ".join(missing),
         )
         return "httptools"
-    from router.http_protocol import gateway_protocol  # imports uvicorn's internals: only once they are known
+    from router.http.protocol import gateway_protocol  # imports uvicorn's internals: only once they are known
 
     return gateway_protocol(gateway)

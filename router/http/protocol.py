@@ -5,8 +5,8 @@ Why a fast path: under wrk, uvicorn's per-request ASGI machinery (a scope dict, 
 with an ``asyncio.Event``, the ``receive``/``send`` message dicts and their header checks, a Starlette
 ``Response``, and a second task watching ``receive`` for a disconnect) cost about as much CPU as the proxying
 itself. A ``POST /v1/chat/completions`` or ``/v1/completions`` (exact path, no ``Expect: 100-continue``) is
-instead collected here and handed to :meth:`router.gateway.Gateway.serve` as bytes; its :class:`~router.reply.Reply` is
-written with one ``transport.write`` (streams: chunked, with write flow control). A client that disconnects
+instead collected here and handed to :meth:`router.gateway.Gateway.serve` as bytes; its
+:class:`~router.http.reply.Reply` is written with one ``transport.write`` (streams: chunked, with write flow control). A client that disconnects
 cancels the request's task, which closes the upstream connection (the replica drops the sequence).
 Everything else (other routes, query strings, 100-continue, upgrades) takes uvicorn's ASGI path unchanged.
 
@@ -26,15 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from router.config import Settings
+from router.errors import InternalError
+from router.http.reply import Reply
+from router.http.request_body import declared_too_large
 from router.openai_io import CHAT, COMPLETION
-from router.reply import Reply
-
-if TYPE_CHECKING:
-    from router.gateway import Gateway
 
 log = logging.getLogger("boute.router.http")
 
@@ -42,6 +42,15 @@ log = logging.getLogger("boute.router.http")
 HOT = {b"/v1/chat/completions": CHAT, b"/v1/completions": COMPLETION}
 #: characters never allowed in a header value (CR/LF would split the header block)
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class Completions(Protocol):
+    """What the fast path asks of the gateway (:class:`router.gateway.Gateway`): its body limit, and one
+    completion request served from its body (``oversize``: the body was over the limit and not kept)."""
+
+    settings: Settings
+
+    async def serve(self, kind: str, raw: bytes | None, *, oversize: bool = False) -> Reply: ...
 
 
 class CoalescingTransport:
@@ -155,7 +164,7 @@ class _DefaultHeaders:
 class GatewayHttpProtocol(HttpToolsProtocol):
     """Pass a subclass made by :func:`gateway_protocol` as ``uvicorn.Config(http=...)``."""
 
-    gateway: Gateway | None = None  # set on the subclass by gateway_protocol()
+    gateway: Completions | None = None  # set on the subclass by gateway_protocol()
 
     # The ignores below plug duck types into uvicorn's typed internals: uvicorn annotates its transport, its
     # cycle and its pipeline with the concrete classes it creates itself, but only uses the attributes
@@ -190,12 +199,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             super().on_headers_complete()
             return
         req = FastRequest(kind, parser.get_http_version() != "1.0" and parser.should_keep_alive())
-        limit = self.gateway.settings.max_body_bytes
-        for name, value in self.headers:
-            if name == b"content-length":
-                if value.isdigit() and int(value) > limit:
-                    req.oversize, req.keep_alive = True, False  # answer 413 and close: never read the rest
-                break
+        if declared_too_large(self.headers, self.gateway.settings.max_body_bytes):
+            req.oversize, req.keep_alive = True, False  # answer 413 and close: never read the rest
         existing = self.cycle
         self.cycle = req  # type: ignore[assignment]  # FastRequest stands in for uvicorn's cycle (class doc)
         if existing is None or existing.response_complete:
@@ -254,7 +259,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             try:
                 reply = await gw.serve(req.kind, body, oversize=req.oversize)
             except Exception as exc:  # never a bare 500 page: keep the OpenAI error shape
-                reply = Reply.error(500, f"internal error: {type(exc).__name__}")
+                reply = Reply.failed(InternalError(exc))
             try:
                 await self._write(req, reply)
             except Exception:  # a reply that cannot be framed: drop the connection rather than hang it
@@ -307,6 +312,6 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self.on_response_complete()  # keep-alive timer, or the next pipelined request
 
 
-def gateway_protocol(gateway: Gateway) -> type[GatewayHttpProtocol]:
+def gateway_protocol(gateway: Completions) -> type[GatewayHttpProtocol]:
     """The protocol class for ``uvicorn.Config(http=...)``, bound to ``gateway``."""
     return type("BoundGatewayHttpProtocol", (GatewayHttpProtocol,), {"gateway": gateway})

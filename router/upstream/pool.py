@@ -1,4 +1,5 @@
-"""A lean keep-alive HTTP/1.1 client for the gateway's upstream calls: asyncio protocol + httptools parser.
+"""The connection pool of the gateway's upstream client: idle keep-alive connections per replica, and the
+request rule (one request per connection at a time; a stale keep-alive connection retried once).
 
 Why not aiohttp: profiling the gateway under wrk showed aiohttp's client machinery (request/response objects,
 header multidicts, payload registry, stream readers, timer contexts) as the largest cost of the proxy itself,
@@ -12,7 +13,7 @@ Behaviour kept from the aiohttp client it replaces (see router/proxy.py for retr
 - **errors** are :class:`UpstreamError` subclasses: a refused/failed connect (``refused`` set when the port
   actively refused), a connect or read timeout, a connection closed or reset before the response completed,
   an unparsable response. The proxy charges the replica and retries elsewhere, before any byte reaches the
-  client, except for a read timeout (the request's, not the replica's: :mod:`router.upstream_errors`).
+  client, except for a read timeout (the request's, not the replica's: :mod:`router.errors`).
 - **a stale keep-alive connection** (closed by the replica while idle, e.g. its keep-alive timeout, before a
   byte of the response arrived) is retried once on a new connection to the same replica without charging it.
 - **timeouts**: ``connect_timeout`` for a new connection; ``read_timeout`` is the longest wait for the next
@@ -21,23 +22,15 @@ Behaviour kept from the aiohttp client it replaces (see router/proxy.py for retr
   and drops the sequence; a connection is pooled again only after a complete response.
 - **streams**: :meth:`Connection.chunk` yields the de-chunked body as it arrives; reading is paused when more
   than ``HIGH_WATER`` bytes wait for a slow client, and resumed as the client takes them. A whole answer is
-  read without pausing (:mod:`router.connection`, where the connection itself lives).
+  read without pausing (:mod:`router.upstream.connection`, where the connection itself lives).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from router.connection import HIGH_WATER, Connection, Endpoint
-from router.upstream_errors import (
-    BadResponse,
-    ConnectError,
-    ConnectTimeout,
-    Disconnected,
-    ReadTimeout,
-    UpstreamError,
-    UpstreamTimeout,
-)
+from router.errors import ConnectError, ConnectTimeout, Disconnected
+from router.upstream.connection import Connection, Endpoint
 
 
 class Pool:
@@ -164,18 +157,3 @@ class Pool:
         self.idle.clear()
         self.busy.clear()
         await asyncio.sleep(0)  # let the transports run their close callbacks
-
-
-__all__ = [
-    "HIGH_WATER",
-    "BadResponse",
-    "ConnectError",
-    "ConnectTimeout",
-    "Connection",
-    "Disconnected",
-    "Endpoint",
-    "Pool",
-    "ReadTimeout",
-    "UpstreamError",
-    "UpstreamTimeout",
-]

@@ -1,6 +1,6 @@
 """One keep-alive HTTP/1.1 connection to a replica: an asyncio protocol fed through httptools' C parser.
 
-Split from :mod:`router.upstream` (the pool and its request rule) because this is the wire: framing
+Split from :mod:`router.upstream.pool` (the pool and its request rule) because this is the wire: framing
 (content-length, chunked, delimited by the connection's end), the read timeout, and flow control. One
 request at a time; the answer is taken whole (:meth:`Connection.body`) or as it arrives (:meth:`Connection.chunk`).
 
@@ -14,19 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
 
 from boute.serving.auth import bearer
-from router.upstream_errors import BadResponse, Disconnected, ReadTimeout, UpstreamError
-
-if TYPE_CHECKING:
-    from router.upstream import Pool
+from router.errors import BadResponse, Disconnected, ReadTimeout, UpstreamError
 
 #: unread stream bytes above which the upstream socket stops being read (a slow client)
 HIGH_WATER = 1 << 16
+
+
+class Owner(Protocol):
+    """What a connection asks of the pool that made it (:class:`router.upstream.pool.Pool`): its loop, the
+    read timeout, and to be forgotten once closed."""
+
+    loop: asyncio.AbstractEventLoop
+    read_timeout: float
+
+    def forget(self, conn: Connection) -> None: ...
 
 
 class Endpoint:
@@ -90,7 +97,7 @@ class Connection(asyncio.Protocol):
         "_length_known",
     )
 
-    def __init__(self, pool: Pool, endpoint: Endpoint) -> None:
+    def __init__(self, pool: Owner, endpoint: Endpoint) -> None:
         self.pool = pool
         self.endpoint = endpoint
         self.loop = pool.loop
