@@ -248,6 +248,8 @@ def record(
     plan: dict[str, Any] | None = None,
 ) -> str:
     """One tracking-DB experiment holding one result row (named ``exp/<experiment>/<scenario>/<system>/...``)."""
+    from boute.optimize.status import ExperimentStatus
+
     store = ctx.store()
     name = f"exp/{experiment}/{scenario}/{system}/s{ctx.seed}/{ctx.preset}/{ctx.run_id}"
     exp, _ = store.open_experiment(
@@ -258,7 +260,7 @@ def record(
         seed=ctx.seed,
         settings=clean({"experiment": experiment, **ctx.stamp(scenario)}),
     )
-    store.set_status(exp.id, "complete", result=clean(metrics))
+    store.set_status(exp.id, ExperimentStatus.COMPLETE, result=clean(metrics))
     if plan is not None:
         store.add_plan(exp.id, None, clean(plan), clean(metrics), None, None)
     return name
