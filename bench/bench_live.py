@@ -117,8 +117,9 @@ def run(quick: bool) -> dict:
     from backends.deploy.live_eval import LiveEvaluator
     from boute.optimize.evaluators import FastEvaluator
     from boute.optimize.loop import run_search
-    from boute.optimize.registry import make_strategy
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
+    from boute.optimize.strategies.factory import make_strategy
     from boute.specs import load_scenario
 
     sc = load_scenario("builtin:small-live")
@@ -128,7 +129,9 @@ def run(quick: bool) -> dict:
     fast = FastEvaluator(sc)
     t0 = time.perf_counter()
     with LiveEvaluator(sc, redis_url=redis_url, speedup=speedup, max_requests=requests) as live:
-        trials = run_search(space, live, make_strategy("random", space, seed=1), max_evals=evals)
+        trials = run_search(
+            space, live, make_strategy("random", space, seed=1), SearchSettings(max_evals=evals, batch=1, patience=None)
+        )
     wall = time.perf_counter() - t0
     return {
         "goal": "optimize --evaluator live on a small scenario: evaluations, wall time, fast-vs-live error",

@@ -42,14 +42,17 @@ def _evals_to(trace: list[float], opt: float) -> int | None:
 
 def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, ref_evals: int) -> dict[str, Any]:
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.registry import make_strategy
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
+    from boute.optimize.strategies.factory import make_strategy
     from boute.optimize.trials import hypervolume_trace
 
     sp = Space.build(scenario)
     tg = targets_of(sp)
     t0 = time.perf_counter()
-    ref = run_search(sp, ev, make_strategy("random", sp, 12345), max_evals=ref_evals)
+    ref = run_search(
+        sp, ev, make_strategy("random", sp, 12345), SearchSettings(max_evals=ref_evals, batch=1, patience=None)
+    )
     ref_best = _best_trace(ref, tg)[-1]
     out: dict[str, Any] = {
         "scenario": scenario.name,
@@ -72,7 +75,7 @@ def _study(scenario, ev, strategies: dict[str, dict], seeds: int, evals: int, re
         for seed in range(n_seeds):
             t1 = time.perf_counter()
             strat = make_strategy(kind, sp, seed, **opts)
-            trials = run_search(sp, ev, strat, max_evals=n_evals)
+            trials = run_search(sp, ev, strat, SearchSettings(max_evals=n_evals, batch=1, patience=None))
             walls.append(time.perf_counter() - t1)
             steps += getattr(strat, "timings", [])
             hv.append(hypervolume_trace(trials, tg))
@@ -130,6 +133,7 @@ def _plot(study: dict[str, Any], path: Path) -> None:
 def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
     """The paper's comparison points, evaluated with the fast path (capacity = max sustainable req/s)."""
     from boute.optimize.loop import run_search, targets_of
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
     from boute.optimize.strategies.fixed import equal_split, single_tier_single_gpu
     from boute.optimize.strategies.random import RandomStrategy
@@ -156,7 +160,9 @@ def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {"70b_alone_best_single_gpu": best(single_tier_single_gpu(sp, n_t - 1, large))}
     het = Space.build(scenario, tiers=(n_t - 1,), fixed_fractions=large)
-    trials = run_search(het, ev, RandomStrategy(het, seed=0), max_evals=n_random)
+    trials = run_search(
+        het, ev, RandomStrategy(het, seed=0), SearchSettings(max_evals=n_random, batch=1, patience=None)
+    )
     out["70b_alone_heterogeneous"] = best([t.candidate for t in trials if t.ok])
     out["70b_alone_heterogeneous"]["search"] = f"random x{n_random}"
     # RouteLLM-style: the smallest large-tier share meeting the floor, equal budget per tier
@@ -164,7 +170,9 @@ def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
     per_gpu = {}
     for g in sp.gpus:
         one = Space.build(scenario, gpus=(g,))
-        trials = run_search(one, ev, RandomStrategy(one, seed=0), max_evals=n_random)
+        trials = run_search(
+            one, ev, RandomStrategy(one, seed=0), SearchSettings(max_evals=n_random, batch=1, patience=None)
+        )
         ch, cl = choose(trials, tg)
         t = ch or cl
         per_gpu[g] = {
@@ -174,7 +182,9 @@ def _fixed(scenario, ev, n_random: int) -> dict[str, Any]:
             "meets_targets": ch is not None,
         }
     out["boute_one_gpu_type"] = {"search": f"random x{n_random} per GPU type (stand-in for mobo)", "per_gpu": per_gpu}
-    full = run_search(sp, ev, RandomStrategy(sp, seed=1), max_evals=4 * n_random)
+    full = run_search(
+        sp, ev, RandomStrategy(sp, seed=1), SearchSettings(max_evals=4 * n_random, batch=1, patience=None)
+    )
     ch, _ = choose(full, tg)
     if ch is not None:
         out["boute_full_space"] = {
@@ -191,7 +201,8 @@ def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str
     """Smallest budget on the grid at which each strategy finds a plan meeting the targets."""
     from boute.errors import InfeasibleError
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.session import with_targets
+    from boute.optimize.plan_run import with_targets
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
     from boute.optimize.strategies.fixed import equal_split, single_tier_single_gpu
     from boute.optimize.strategies.random import RandomStrategy
@@ -220,7 +231,13 @@ def _cost_to_meet(scenario, ev, budgets: list[float], n_random: int) -> dict[str
                 ev(c).feasible for c in equal_split(sp, _routellm_fr(ev, tg, n_t))
             ),
             f"boute_full_space_random_x{n_random}": lambda sp=sp, tg=tg: (
-                choose(run_search(sp, ev, RandomStrategy(sp, seed=0), max_evals=n_random), tg)[0] is not None
+                choose(
+                    run_search(
+                        sp, ev, RandomStrategy(sp, seed=0), SearchSettings(max_evals=n_random, batch=1, patience=None)
+                    ),
+                    tg,
+                )[0]
+                is not None
             ),
         }
         for name, fn in checks.items():

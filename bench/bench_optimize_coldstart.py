@@ -28,7 +28,7 @@ import numpy as np
 POOL = """
 import json, time, numpy as np
 if __name__ == "__main__":
-    from boute.optimize.registry import make_evaluator
+    from boute.optimize.evaluators.factory import make_evaluator
     from boute.optimize.evaluators.pool import EvaluatorPool
     from boute.optimize.space import Space
     from boute.specs import load_scenario
@@ -48,14 +48,16 @@ import json, time, warnings
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     from boute.optimize import session
-    from boute.optimize.registry import make_evaluator
+    from boute.optimize.evaluators.factory import make_evaluator
+    from boute.optimize.settings import SearchSettings
     from boute.specs import load_scenario
     sc = load_scenario("builtin:paper-gsm8k")
     fe = make_evaluator("fast", sc, seed=0)
     se = make_evaluator("sim", sc, seed=0, quality_model=fe.quality_model)
     t = time.perf_counter()
-    out = session.optimize(sc, strategy="mobo", evaluator=se, prior=fe, objective="latency", seed=0,
-        max_evals=100000, patience=None, batch=4, workers=2, time_budget_s=12.0)
+    settings = SearchSettings(strategy="mobo", objective="latency", seed=0, max_evals=100000, patience=None,
+        batch=4, workers=2, time_budget_s=12.0)
+    out = session.optimize(sc, settings, session.SearchRuntime(evaluator=se, prior=fe))
     print(json.dumps({"evaluations_in_12s": out.evaluations, "wall_s": time.perf_counter() - t}))
 """
 

@@ -46,14 +46,17 @@ def _evals_to(trace: list[float], ref: float) -> int | None:
 def _run(sp, ev, objective: str, seed: int, evals: int, screen: bool) -> tuple[list[Any], Any, float]:
     from boute.optimize.loop import run_search
     from boute.optimize.objectives import Objective
-    from boute.optimize.registry import make_strategy
     from boute.optimize.screen import Screen
+    from boute.optimize.settings import SearchSettings
+    from boute.optimize.strategies.factory import make_strategy
 
     obj = Objective(objective)
     scr = Screen.build(sp, ev.quality_model, ev.mode) if screen else None
     strat = make_strategy("mobo", sp, seed, objective=obj)
     t0 = time.perf_counter()
-    trials = run_search(sp, ev, strat, max_evals=evals, objective=obj, screen=scr)
+    trials = run_search(
+        sp, ev, strat, SearchSettings(max_evals=evals, objective=objective, batch=1, patience=None), screen=scr
+    )
     return trials, scr, time.perf_counter() - t0
 
 
@@ -62,8 +65,9 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     from boute.optimize.evaluators import FastEvaluator
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.registry import make_strategy
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
+    from boute.optimize.strategies.factory import make_strategy
     from boute.specs import load_scenario
 
     warnings.filterwarnings("ignore")
@@ -84,7 +88,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "objectives": {},
     }
     t0 = time.perf_counter()
-    ref_trials = run_search(sp, ev, make_strategy("random", sp, 12345), max_evals=ref_evals)
+    ref_trials = run_search(
+        sp, ev, make_strategy("random", sp, 12345), SearchSettings(max_evals=ref_evals, batch=1, patience=None)
+    )
     ref_wall = time.perf_counter() - t0
     for objective in OBJECTIVES:
         key = METRIC[objective]
@@ -103,7 +109,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                         "gap_to_reference": (tr[-1] / ref - 1) if np.isfinite(tr[-1]) else None,
                         "feasible_after_12": bool(np.isfinite(tr[min(11, len(tr) - 1)])),
                         "screened_trials": sum(not t.evaluated for t in trials),
-                        "screens": scr.summary() if scr is not None else None,
+                        "screens": scr.summary().to_json() if scr is not None else None,
                         "wall_s": round(wall, 1),
                     }
                 )

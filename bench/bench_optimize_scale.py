@@ -36,10 +36,12 @@ SCENARIOS = (
 def _run(scenario: str, out: Path, **options: Any) -> dict[str, Any]:
     from boute.errors import BouteError
     from boute.optimize.plan_run import PlanRequest, make_plan
+    from boute.optimize.settings import SearchSettings
 
     t0 = time.perf_counter()
     try:
-        run = make_plan(PlanRequest(out=out, scenario=scenario, db=f"sqlite:///{out.parent / 'b.db'}", **options))
+        search = SearchSettings(**options)
+        run = make_plan(PlanRequest(out=out, scenario=scenario, db=f"sqlite:///{out.parent / 'b.db'}", search=search))
     except BouteError as exc:
         return {"wall_s": round(time.perf_counter() - t0, 1), "error": f"{type(exc).__name__}: {exc}"}
     pred = run.plan.predicted

@@ -19,9 +19,11 @@ from bench.bench_optimize import _best_trace
 def run(quick: bool = True) -> dict[str, Any]:
     import torch
 
+    from boute.optimize.evaluators.factory import make_evaluator
     from boute.optimize.loop import run_search, targets_of
-    from boute.optimize.registry import make_evaluator, make_strategy
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
+    from boute.optimize.strategies.factory import make_strategy
     from boute.specs import load_scenario
 
     warnings.filterwarnings("ignore")
@@ -32,14 +34,21 @@ def run(quick: bool = True) -> dict[str, Any]:
     tg = targets_of(sp)
     seeds, evals, ref_evals = (2, 60, 150) if quick else (3, 60, 300)
     t0 = time.perf_counter()
-    ref = _best_trace(run_search(sp, ev, make_strategy("random", sp, 12345), max_evals=ref_evals), tg)[-1]
+    ref = _best_trace(
+        run_search(
+            sp, ev, make_strategy("random", sp, 12345), SearchSettings(max_evals=ref_evals, batch=1, patience=None)
+        ),
+        tg,
+    )[-1]
     out: dict[str, Any] = {"scenario": sc.name, "evaluator": "sim", "evals": evals, "strategies": {}}
     traces: dict[str, list[list[float]]] = {}
     for name in ("mobo", "random", "nsga2"):
         walls = []
         for seed in range(seeds):
             t1 = time.perf_counter()
-            trials = run_search(sp, ev, make_strategy(name, sp, seed), max_evals=evals)
+            trials = run_search(
+                sp, ev, make_strategy(name, sp, seed), SearchSettings(max_evals=evals, batch=1, patience=None)
+            )
             walls.append(round(time.perf_counter() - t1, 1))
             traces.setdefault(name, []).append(_best_trace(trials, tg))
         out["strategies"][name] = {"wall_s_per_run": walls}

@@ -36,33 +36,38 @@ def search_once(sc: Any, strategy: str, objective: str, seed: int, budget_s: flo
     """One search of ``sc`` by ``strategy`` under a wall budget, judged by the simulator (module doc)."""
     from boute.optimize import session
     from boute.optimize.confirm import confirm
-    from boute.optimize.registry import make_evaluator
+    from boute.optimize.evaluators.factory import make_evaluator
+    from boute.optimize.session import SearchRuntime
+    from boute.optimize.settings import SearchSettings
 
     fe = make_evaluator("fast", sc, seed=seed)
     se = make_evaluator("sim", sc, seed=seed, quality_model=fe.quality_model)
     t0 = time.perf_counter()
     if strategy == "mobo-fast":
         out = session.optimize(
-            sc, strategy="mobo", evaluator=fe, objective=objective, seed=seed, time_budget_s=budget_s
+            sc,
+            SearchSettings(strategy="mobo", objective=objective, seed=seed, time_budget_s=budget_s, batch=1, workers=1),
+            SearchRuntime(evaluator=fe),
         )
         if out.chosen is not None:
-            confirm(out, se, max_evals=12, seed=seed, prior=fe)
+            out = confirm(out, se, max_evals=12, seed=seed, prior=fe)
         final = out.final
         res = out.confirmed.get(final.index) if final is not None else None
         evals = out.evaluations + len(out.confirmations)
     else:
         out = session.optimize(
             sc,
-            strategy=strategy,
-            evaluator=se,
-            prior=fe,
-            objective=objective,
-            seed=seed,
-            max_evals=100000,
-            patience=None,
-            batch=4,
-            workers=2,
-            time_budget_s=budget_s,
+            SearchSettings(
+                strategy=strategy,
+                objective=objective,
+                seed=seed,
+                max_evals=100000,
+                patience=None,
+                batch=4,
+                workers=2,
+                time_budget_s=budget_s,
+            ),
+            SearchRuntime(evaluator=se, prior=fe),
         )
         res = out.chosen.result if out.chosen is not None else None
         evals = out.evaluations

@@ -255,6 +255,8 @@ def warm_vs_cold(quick: bool) -> dict[str, Any]:
     first search, then MOBO) vs cold (MOBO from its initial design), fast evaluator, several seeds."""
     from boute.optimize import session
     from boute.optimize.evaluators import FastEvaluator
+    from boute.optimize.session import SearchRuntime
+    from boute.optimize.settings import SearchSettings
     from boute.replan.warm import seed_experiment, warm_trials
     from boute.specs import load_scenario
     from boute.tracking import open_store
@@ -270,7 +272,9 @@ def warm_vs_cold(quick: bool) -> dict[str, Any]:
         store = open_store(f"sqlite:///{tmp}/w.db")
         try:
             session.optimize(
-                sc, evaluator=FastEvaluator(sc), max_evals=evals, store=store, experiment="first", patience=None
+                sc,
+                SearchSettings(max_evals=evals, experiment="first", patience=None, batch=1, workers=1),
+                SearchRuntime(evaluator=FastEvaluator(sc), store=store),
             )
             for seed in seeds:
                 runs: dict[str, Any] = {}
@@ -279,12 +283,13 @@ def warm_vs_cold(quick: bool) -> dict[str, Any]:
                     t0 = time.perf_counter()
                     name = f"{mode}-{seed}"
                     warm = warm_trials(store, ["first"], stepped, ev) if mode == "warm" else []
-                    if warm:
-                        seed_experiment(store, name, stepped, warm, seed=seed)
-                    res = session.optimize(
-                        stepped, evaluator=ev, max_evals=len(warm) + evals, seed=seed, store=store,
-                        experiment=name, patience=None,
+                    settings = SearchSettings(
+                        max_evals=len(warm) + evals, seed=seed, experiment=name, patience=None, evaluator="fast",
+                        batch=1, workers=1,
                     )  # fmt: skip
+                    if warm:
+                        seed_experiment(store, stepped, warm, settings)
+                    res = session.optimize(stepped, settings, SearchRuntime(evaluator=ev, store=store))
                     wall = time.perf_counter() - t0
                     best = [t.result.p95_latency_s if t.ok and t.result.feasible else np.inf for t in res.trials]
                     runs[mode] = {"trace": np.minimum.accumulate(best).tolist(), "warm": len(warm), "wall_s": wall}

@@ -138,24 +138,20 @@ def sim_trace(trials: Sequence[Any], evs: Evaluators) -> list[float]:
 
 def run_variant(variant: str, seed: int, evs: Evaluators, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
     from boute.optimize.evaluators.pool import EvaluatorPool
-    from boute.optimize.loop import run_search, targets_of
+    from boute.optimize.loop import LoopHooks, run_search, targets_of
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Space
     from boute.optimize.trials import choose
 
     sp = Space.build(evs.scenario)
     search = evs.search()
-    ev = evs.fast if variant == "fast-objective" else search["evaluator"]
-    n = st["random_evals"] if variant == "random" else st["max_evals"]
+    ev = evs.fast if variant == "fast-objective" else search.evaluator
+    # boute optimize's batches and workers (the settings' defaults), no early stop: every variant runs n
+    settings = SearchSettings(max_evals=st["random_evals"] if variant == "random" else st["max_evals"], patience=None)
     t0 = time.perf_counter()
-    with EvaluatorPool(ev, evs.scenario, evs.seed, workers=search["workers"]) as pool:
-        trials = run_search(
-            sp,
-            ev,
-            strategy(variant, sp, seed, st["mobo_options"], evs),
-            max_evals=n,
-            batch=search["batch"],
-            pool=pool,
-        )
+    with EvaluatorPool(ev, evs.scenario, evs.seed, workers=settings.workers) as pool:
+        strat = strategy(variant, sp, seed, st["mobo_options"], evs)
+        trials = run_search(sp, ev, strat, settings, hooks=LoopHooks(pool=pool))
     wall = time.perf_counter() - t0
     chosen, _ = choose(trials, targets_of(sp))
     row: dict[str, Any] = {

@@ -83,7 +83,7 @@ def load(name: str, ctx: Context | None = None) -> Any:
 
 
 def with_budget(scenario: Any, budget: float) -> Any:
-    from boute.optimize.session import with_targets
+    from boute.optimize.plan_run import with_targets
 
     return with_targets(scenario, budget, None, None)
 
@@ -119,15 +119,15 @@ class Evaluators:
     def quality_model(self) -> Any:
         return self.fast.quality_model
 
-    def search(self) -> dict[str, Any]:
-        """BOute's search as ``boute optimize`` runs it by default (:func:`boute.optimize.plan_run.make_plan`):
-        the simulator is the objective, the fast path the prior its GP corrects, proposals in batches of
-        ``PlanRequest.batch`` evaluated by one worker process per core. Keyword arguments of
-        :func:`boute.optimize.session.optimize`; the simulator's choice is its own confirmation."""
-        from boute.optimize.evaluators.pool import default_workers
-        from boute.optimize.plan_run import PlanRequest
+    def search(self, **runtime: Any) -> Any:
+        """What runs BOute's search as ``boute optimize`` runs it by default (:func:`boute.optimize.plan_run.make_plan`):
+        the simulator is the objective, the fast path the prior its GP corrects; with the defaults of
+        :class:`boute.optimize.settings.SearchSettings` (proposals in batches of 4, one worker process per
+        core). A :class:`boute.optimize.session.SearchRuntime` (``runtime``: its other fields); the
+        simulator's choice is its own confirmation."""
+        from boute.optimize.session import SearchRuntime
 
-        return {"evaluator": self.sim, "prior": self.fast, "batch": PlanRequest.batch, "workers": default_workers()}
+        return SearchRuntime(evaluator=self.sim, prior=self.fast, **runtime)
 
     def fast_of(self, cand: Any, result: Any) -> Any:
         """The fast path's result for ``cand``: ``result`` itself when the fast path produced it (a baseline's
@@ -248,6 +248,8 @@ def record(
     plan: dict[str, Any] | None = None,
 ) -> str:
     """One tracking-DB experiment holding one result row (named ``exp/<experiment>/<scenario>/<system>/...``)."""
+    from boute.optimize.status import ExperimentStatus
+
     store = ctx.store()
     name = f"exp/{experiment}/{scenario}/{system}/s{ctx.seed}/{ctx.preset}/{ctx.run_id}"
     exp, _ = store.open_experiment(
@@ -258,7 +260,7 @@ def record(
         seed=ctx.seed,
         settings=clean({"experiment": experiment, **ctx.stamp(scenario)}),
     )
-    store.set_status(exp.id, "complete", result=clean(metrics))
+    store.set_status(exp.id, ExperimentStatus.COMPLETE, result=clean(metrics))
     if plan is not None:
         store.add_plan(exp.id, None, clean(plan), clean(metrics), None, None)
     return name

@@ -65,9 +65,11 @@ def rate_at_budget(system: str, fam: Family, ctx: Context, st: dict[str, Any]) -
     evs = fam.evs("preroute", None, NOMINAL_BUDGET)
     t0 = time.perf_counter()
     if system == "boute":  # what `boute optimize` does at $30/h: --objective latency, screens on
-        from boute.optimize.session import optimize
+        from boute.optimize.session import SearchRuntime, optimize
+        from boute.optimize.settings import SearchSettings
 
-        out = optimize(evs.scenario, evaluator=evs.fast, max_evals=st["rate_evals"], seed=ctx.seed)
+        settings = SearchSettings(max_evals=st["rate_evals"], seed=ctx.seed, batch=1, workers=1)
+        out = optimize(evs.scenario, settings, SearchRuntime(evaluator=evs.fast))
         pool = [(t.candidate, t.result) for t in out.trials if t.ok]
         c = out.chosen
         run = SystemRun("boute", "preroute", c and c.candidate, c and c.result, pool, out.evaluations)

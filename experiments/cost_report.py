@@ -140,140 +140,157 @@ def write_report(ctx: Context, out: dict[str, Any]) -> None:
     if out.get("summary"):
         out["summary"] = summarise(out["scenarios"])
     parts = [f"# Cost at equal performance ({out['preset']})\n", f"Command: `{out['command']}`, seed {out['seed']}.\n"]
-    st = out["settings"]
     for name, s in out["scenarios"].items():
-        parts.append(f"## {name}: {s['description']}\n")
-        parts.append(
-            f"Floor {s['quality_floor']}, P95 cap {s['p95_cap_s']} s, {s['rate_rps']:g} req/s; cost searches may use "
-            f"the whole inventory (${s['inventory_cost_per_hour']:.2f}/h); {st['evals']} evaluations per system and "
-            f"target (BOute's on the simulator; the baselines' on the fast path, then at most {st['confirm']} "
-            "simulator confirmations).\n"
-        )
-        rows = []
-        for base, r in s["matched"].items():
-            if "rate_rps" not in r:
-                rows.append([base, None, None, None, None, None, r.get("note")])
-                continue
-            rows.append(
-                [
-                    base,
-                    r["rate_rps"],
-                    _usd(r["boute"].get("cost_per_hour")),
-                    _pct(r["saving_protocol_a"]),
-                    _usd(r[base].get("cost_per_hour")),
-                    _pct(r["saving_equal_effort"]),
-                    r["boute"].get("plan") or r["boute"].get("note"),
-                ]
-            )
-        parts.append(
-            "Protocol (a) and equal effort (b) at each baseline's $30/h rate:\n\n"
-            + table(
-                [
-                    "baseline",
-                    "its rate at $30/h (sim)",
-                    "BOute's least $/h for it",
-                    "(a) saving vs $30",
-                    "baseline's least $/h (b)",
-                    "(b) BOute saving",
-                    "BOute's plan",
-                ],
-                rows,
-            )
-            + "\n"
-        )
-        if "cascadia" in s["matched"] and "rate_rps" in s["matched"]["cascadia"]:
-            r = s["matched"]["cascadia"]
-            parts.append(
-                f"Same routing mode as Cascadia (cascade): BOute --mode cascade needs "
-                f"{_usd(r['boute-cascade'].get('cost_per_hour'))} for Cascadia's rate "
-                f"({_pct(r.get('saving_equal_effort_same_mode'))} vs Cascadia's {_usd(r['cascadia'].get('cost_per_hour'))}).\n"
-            )
-        nrows = [
-            [
-                k,
-                r["mode"],
-                _usd(r.get("cost_per_hour")),
-                r.get("sim_p95_s"),
-                _usd(r.get("cheapest_fast_per_hour")),
-                r.get("fast_feasible"),
-                r.get("plan") or r.get("note"),
-            ]
-            for k, r in s["nominal"].items()
-        ]
-        parts.append(
-            f"Equal effort (b) at the scenario's targets ({s['rate_rps']:g} req/s):\n\n"
-            + table(
-                [
-                    "system",
-                    "mode",
-                    "least $/h (sim-confirmed)",
-                    "its P95 s (sim)",
-                    "least $/h (fast)",
-                    "fast-feasible plans",
-                    "plan",
-                ],
-                nrows,
-            )
-            + "\n"
-        )
-        crow = [
-            [k, r["sim_rate_rps"], _usd(r["plan_cost_per_hour"]), r["rate_per_dollar"], r.get("plan") or r.get("note")]
-            for k, r in s["at_30"].items()
-        ]
-        crow += [
-            [
-                f"boute at {b}'s rate",
-                r["rate_rps"],
-                _usd(r["boute"].get("cost_per_hour")),
-                r["boute_rate_per_dollar"],
-                r["boute"].get("plan"),
-            ]
-            for b, r in s["matched"].items()
-            if "rate_rps" in r
-        ]
-        parts.append(
-            "Throughput per dollar (c):\n\n"
-            + table(["system", "req/s (sim)", "plan $/h", "req/s per $/h", "plan"], crow)
-            + "\n"
-        )
-        g = s["goal"]
-        parts.append(
-            "Goal (BOute cheapest or within 5%, per routing mode): "
-            + ("holds" if g["holds_everywhere"] else "does not hold")
-            + f"; {_said(g['checks'])}. Across modes, BOute (preroute) against Cascadia (cascade): "
-            + f"{_said(g['preroute_vs_cascadia'])}.\n"
-        )
+        parts += _scenario_section(name, s, out["settings"])
     if out.get("summary"):
-        sm = out["summary"]
-
-        def rng(d: dict[str, Any]) -> str:
-            return f"{_pct(d.get('min'))} .. {_pct(d.get('max'))} ({d['pairs']} pairs)" if d.get("pairs") else "n/a"
-
-        parts.append("## Summary\n")
-        parts.append(
-            table(
-                ["figure", "ours", "paper"],
-                [
-                    [
-                        "(a) saving at the baselines' $30/h performance, mean",
-                        _pct(sm["protocol_a"].get("mean")),
-                        "+38%",
-                    ],
-                    ["(a) range", rng(sm["protocol_a"]), "15% .. 61%"],
-                    ["(a) mean without the 70B-alone baselines", _pct(sm["protocol_a_without_70b"].get("mean")), "n/a"],
-                    [
-                        "(b) saving vs the baseline's own cheapest plan, equal effort, mean",
-                        _pct(sm["equal_effort_at_matched_rates"].get("mean")),
-                        "n/a",
-                    ],
-                    ["(b) range", rng(sm["equal_effort_at_matched_rates"]), "n/a"],
-                ],
-            )
-            + "\n"
-        )
-        parts.append(f"Goal holds on: {', '.join(sm['goal_holds_on']) or 'none'}.\n")
+        parts += _summary_section(out["summary"])
     save_markdown(ctx, NAME, "\n".join(parts))
     plot(ctx, out)
+
+
+def _scenario_section(name: str, s: dict[str, Any], st: dict[str, Any]) -> list[str]:
+    """One scenario: its targets, protocol (a) and equal effort (b), throughput per dollar (c), the goal."""
+    parts = [f"## {name}: {s['description']}\n"]
+    parts.append(
+        f"Floor {s['quality_floor']}, P95 cap {s['p95_cap_s']} s, {s['rate_rps']:g} req/s; cost searches may use "
+        f"the whole inventory (${s['inventory_cost_per_hour']:.2f}/h); {st['evals']} evaluations per system and "
+        f"target (BOute's on the simulator; the baselines' on the fast path, then at most {st['confirm']} "
+        "simulator confirmations).\n"
+    )
+    parts.append(_matched_table(s))
+    if "cascadia" in s["matched"] and "rate_rps" in s["matched"]["cascadia"]:
+        r = s["matched"]["cascadia"]
+        parts.append(
+            f"Same routing mode as Cascadia (cascade): BOute --mode cascade needs "
+            f"{_usd(r['boute-cascade'].get('cost_per_hour'))} for Cascadia's rate "
+            f"({_pct(r.get('saving_equal_effort_same_mode'))} vs Cascadia's {_usd(r['cascadia'].get('cost_per_hour'))}).\n"
+        )
+    parts.append(_nominal_table(s))
+    parts.append(_per_dollar_table(s))
+    g = s["goal"]
+    parts.append(
+        "Goal (BOute cheapest or within 5%, per routing mode): "
+        + ("holds" if g["holds_everywhere"] else "does not hold")
+        + f"; {_said(g['checks'])}. Across modes, BOute (preroute) against Cascadia (cascade): "
+        + f"{_said(g['preroute_vs_cascadia'])}.\n"
+    )
+    return parts
+
+
+def _matched_table(s: dict[str, Any]) -> str:
+    """Protocol (a) and equal effort (b) at each baseline's $30/h rate."""
+    rows = []
+    for base, r in s["matched"].items():
+        if "rate_rps" not in r:
+            rows.append([base, None, None, None, None, None, r.get("note")])
+            continue
+        rows.append(
+            [
+                base,
+                r["rate_rps"],
+                _usd(r["boute"].get("cost_per_hour")),
+                _pct(r["saving_protocol_a"]),
+                _usd(r[base].get("cost_per_hour")),
+                _pct(r["saving_equal_effort"]),
+                r["boute"].get("plan") or r["boute"].get("note"),
+            ]
+        )
+    return (
+        "Protocol (a) and equal effort (b) at each baseline's $30/h rate:\n\n"
+        + table(
+            [
+                "baseline",
+                "its rate at $30/h (sim)",
+                "BOute's least $/h for it",
+                "(a) saving vs $30",
+                "baseline's least $/h (b)",
+                "(b) BOute saving",
+                "BOute's plan",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+
+
+def _nominal_table(s: dict[str, Any]) -> str:
+    """Equal effort (b) at the scenario's own targets."""
+    nrows = [
+        [
+            k,
+            r["mode"],
+            _usd(r.get("cost_per_hour")),
+            r.get("sim_p95_s"),
+            _usd(r.get("cheapest_fast_per_hour")),
+            r.get("fast_feasible"),
+            r.get("plan") or r.get("note"),
+        ]
+        for k, r in s["nominal"].items()
+    ]
+    return (
+        f"Equal effort (b) at the scenario's targets ({s['rate_rps']:g} req/s):\n\n"
+        + table(
+            [
+                "system",
+                "mode",
+                "least $/h (sim-confirmed)",
+                "its P95 s (sim)",
+                "least $/h (fast)",
+                "fast-feasible plans",
+                "plan",
+            ],
+            nrows,
+        )
+        + "\n"
+    )
+
+
+def _per_dollar_table(s: dict[str, Any]) -> str:
+    """Throughput per dollar (c): every system at $30/h, and BOute at each baseline's rate."""
+    crow = [
+        [k, r["sim_rate_rps"], _usd(r["plan_cost_per_hour"]), r["rate_per_dollar"], r.get("plan") or r.get("note")]
+        for k, r in s["at_30"].items()
+    ]
+    crow += [
+        [
+            f"boute at {b}'s rate",
+            r["rate_rps"],
+            _usd(r["boute"].get("cost_per_hour")),
+            r["boute_rate_per_dollar"],
+            r["boute"].get("plan"),
+        ]
+        for b, r in s["matched"].items()
+        if "rate_rps" in r
+    ]
+    return (
+        "Throughput per dollar (c):\n\n"
+        + table(["system", "req/s (sim)", "plan $/h", "req/s per $/h", "plan"], crow)
+        + "\n"
+    )
+
+
+def _summary_section(sm: dict[str, Any]) -> list[str]:
+    """The savings across scenarios beside the paper's figures, and where the goal holds."""
+
+    def rng(d: dict[str, Any]) -> str:
+        return f"{_pct(d.get('min'))} .. {_pct(d.get('max'))} ({d['pairs']} pairs)" if d.get("pairs") else "n/a"
+
+    rows = [
+        ["(a) saving at the baselines' $30/h performance, mean", _pct(sm["protocol_a"].get("mean")), "+38%"],
+        ["(a) range", rng(sm["protocol_a"]), "15% .. 61%"],
+        ["(a) mean without the 70B-alone baselines", _pct(sm["protocol_a_without_70b"].get("mean")), "n/a"],
+        [
+            "(b) saving vs the baseline's own cheapest plan, equal effort, mean",
+            _pct(sm["equal_effort_at_matched_rates"].get("mean")),
+            "n/a",
+        ],
+        ["(b) range", rng(sm["equal_effort_at_matched_rates"]), "n/a"],
+    ]
+    return [
+        "## Summary\n",
+        table(["figure", "ours", "paper"], rows) + "\n",
+        f"Goal holds on: {', '.join(sm['goal_holds_on']) or 'none'}.\n",
+    ]
 
 
 def plot(ctx: Context, out: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ confirms. :mod:`experiments.cost` runs them per scenario and target."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ def inventory_cost(sc: Any) -> float:
 
 
 def at(sc: Any, rate: float | None = None, budget: float | None = None) -> Any:
-    from boute.optimize.session import with_targets
+    from boute.optimize.plan_run import with_targets
 
     out = with_targets(sc, budget, None, None)
     if rate is not None:
@@ -60,21 +61,17 @@ def _boute(
 ) -> Any:
     """``boute optimize --objective cost`` with ``n`` evaluations (:meth:`Evaluators.search`): the Outcome.
     ``fast``: search on the fast path instead (the one-GPU-type baseline, which searches as baselines do)."""
-    from boute.optimize.session import optimize
+    from boute.optimize.session import SearchRuntime, optimize
+    from boute.optimize.settings import SearchSettings
 
-    search = {"evaluator": evs.fast} if fast else evs.search()
-    return optimize(
-        evs.scenario,
-        objective="cost",
-        max_evals=n,
-        seed=ctx.seed,
-        mode=evs.mode,
-        patience=None,
-        gpus=gpus,
-        store=ctx.store() if track else None,
-        experiment=track,
-        **search,
+    store = ctx.store() if track else None
+    settings = SearchSettings(
+        objective="cost", max_evals=n, seed=ctx.seed, mode=evs.mode, patience=None, gpus=gpus, experiment=track
     )
+    if fast:  # one proposal a step, evaluated in this process
+        settings = replace(settings, batch=1, workers=1)
+        return optimize(evs.scenario, settings, SearchRuntime(evaluator=evs.fast, store=store))
+    return optimize(evs.scenario, settings, evs.search(store=store))
 
 
 def _pairs(out: Any) -> list:

@@ -11,6 +11,7 @@ first found ("evaluations to converge"), the time to that point, and the simulat
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from experiments.common import (
@@ -56,27 +57,30 @@ def converge_point(trials: list[Any], targets: Any) -> int | None:
 def run_one(name: str, ctx: Context, st: dict[str, Any]) -> dict[str, Any]:
     from boute.optimize.loop import targets_of
     from boute.optimize.session import optimize
+    from boute.optimize.settings import SearchSettings
 
     sc = load(name, ctx)
     evs = Evaluators(sc, seed=ctx.seed)
+    settings = SearchSettings(
+        strategy="mobo",
+        max_evals=st["max_evals"],
+        seed=ctx.seed,
+        patience=st["patience"],
+        experiment=f"exp/{NAME}/{name}/mobo-trials/s{ctx.seed}/{ctx.preset}/{ctx.run_id}",
+        strategy_options=st["mobo_options"],
+    )
     # the quality model and the simulator's workload are built before the clock starts; the worker processes
     # and their evaluators are started inside it, as every `boute optimize` starts them
     search = evs.search()
     stamps: list[float] = []
     t0 = time.perf_counter()
-    out = optimize(
-        sc,
-        strategy="mobo",
-        max_evals=st["max_evals"],
-        seed=ctx.seed,
-        patience=st["patience"],
-        store=ctx.store(),
-        experiment=f"exp/{NAME}/{name}/mobo-trials/s{ctx.seed}/{ctx.preset}/{ctx.run_id}",
-        # one stamp per evaluation (screened proposals are not evaluations): converge_point counts evaluations
-        on_trial=lambda t, _: stamps.append(time.perf_counter() - t0) if t.evaluated else None,
-        strategy_options=st["mobo_options"],
-        **search,
-    )
+
+    def stamp(t: Any, _: Any) -> None:
+        """One stamp per evaluation (screened proposals are not evaluations): converge_point counts them."""
+        if t.evaluated:
+            stamps.append(time.perf_counter() - t0)
+
+    out = optimize(sc, settings, replace(search, store=ctx.store(), on_trial=stamp))
     wall = time.perf_counter() - t0
     conv = converge_point(out.trials, targets_of(out.space))
     row: dict[str, Any] = {

@@ -30,11 +30,14 @@ SYSTEMS = ("boute", "70b-homogeneous", "70b-heterogeneous", "routellm-equal", "b
 
 
 def best_feasible(pairs: Sequence[tuple[Any, Any]]) -> tuple[Any, Any]:
-    """Lowest-P95 feasible (candidate, result) (ties: higher quality, lower cost), or (None, None)."""
+    """The ``latency`` objective's pick among the feasible (candidate, result) pairs (lowest P95, its
+    tie-breaks: :data:`boute.optimize.objectives.TIE_BREAKS`), or (None, None)."""
+    from boute.optimize.objectives import tie_key
+
     feas = [(c, r) for c, r in pairs if r is not None and r.feasible]
     if not feas:
         return None, None
-    return min(feas, key=lambda cr: (cr[1].p95_latency_s, -cr[1].quality, cr[1].cost_per_hour))
+    return min(feas, key=lambda cr: tie_key("latency", cr[1].quality, cr[1].p95_latency_s, cr[1].cost_per_hour))
 
 
 def _finish(name: str, mode: str, pairs: list[tuple[Any, Any]], t0: float, note: str = "") -> SystemRun:
@@ -80,9 +83,11 @@ def _space(scenario: Any, **kw: Any) -> Any:
 
 def _random_pairs(space: Any, evs: Evaluators, n: int, seed: int) -> list[tuple[Any, Any]]:
     from boute.optimize.loop import run_search
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.strategies.random import RandomStrategy
 
-    trials = run_search(space, evs.fast, RandomStrategy(space, seed=seed), max_evals=n)
+    settings = SearchSettings(max_evals=n, batch=1, patience=None)
+    trials = run_search(space, evs.fast, RandomStrategy(space, seed=seed), settings)
     return [(t.candidate, t.result) for t in trials if t.ok]
 
 
@@ -101,25 +106,23 @@ def run_boute(
     the fast path its prior); ``track`` names the tracking-DB experiment recording every trial, ``warm``
     holds trials of a related search (another budget, or another condition's re-scored plans) to start from."""
     from boute.optimize.session import optimize
+    from boute.optimize.settings import SearchSettings
 
     t0 = time.perf_counter()
     sp = _space(evs.scenario, gpus=gpus)
     if sp is None:
         return SystemRun("boute", "preroute", None, None, note="no tier fits the budget")
     start = _rehome(sp, warm)
-    out = optimize(
-        evs.scenario,
+    settings = SearchSettings(
         strategy="mobo",
         max_evals=len(start) + max_evals,
         seed=ctx.seed,
         patience=patience,
         gpus=gpus,
-        store=ctx.store() if track is not None else None,
         experiment=track,
-        strategy_options=strategy_options,
-        start=start,
-        **evs.search(),
+        strategy_options=strategy_options or {},
     )
+    out = optimize(evs.scenario, settings, evs.search(store=ctx.store() if track is not None else None, start=start))
     trials = out.trials
     own = trials[len(start) :]
     run = _finish(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from boute.optimize.evaluators.factory import make_evaluator
 from boute.optimize.evaluators.pool import EvaluatorPool
-from boute.optimize.registry import make_evaluator
 from boute.optimize.space import Candidate, Space
 from boute.specs import Scenario, load_scenario
 

@@ -192,6 +192,7 @@ def test_asking_for_an_llm_judge_without_its_scores_is_one_clear_error(
 def test_optimize_writes_a_plan_judged_by_the_llm_its_thresholds_were_cut_on(tmp_path: Path) -> None:
     from boute.optimize.evaluators import FastEvaluator, SimEvaluator
     from boute.optimize.plan_run import PlanRequest, make_plan
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Candidate
     from boute.quality import quality_model_for
     from boute.quality.policy_quality import CascadeJudge
@@ -207,17 +208,14 @@ def test_optimize_writes_a_plan_judged_by_the_llm_its_thresholds_were_cut_on(tmp
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     sc = load_scenario(tmp_path / "s.yaml")
 
+    search = SearchSettings(
+        mode="cascade", strategy="random", evaluator="fast", max_evals=6, patience=None, confirm=False, workers=1
+    )
     req = PlanRequest(
         out=tmp_path / "plan.json",
         scenario=str(tmp_path / "s.yaml"),
-        mode="cascade",
-        strategy="random",
-        evaluator="fast",
-        max_evals=6,
-        patience=None,
-        confirm=False,
-        workers=1,
         db=f"sqlite:///{tmp_path / 'b.db'}",
+        search=search,
     )
     plan = make_plan(req).plan
     r = plan.routing

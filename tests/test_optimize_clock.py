@@ -7,10 +7,11 @@ import time
 
 from boute.optimize.clock import SearchClock, breakdown
 from boute.optimize.evaluators.fast import FastEvaluator
-from boute.optimize.loop import run_search
-from boute.optimize.registry import make_strategy
+from boute.optimize.loop import LoopHooks, run_search
 from boute.optimize.screen import Screen
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Space
+from boute.optimize.strategies.factory import make_strategy
 from boute.specs import load_scenario
 
 
@@ -50,11 +51,9 @@ def test_the_loop_times_every_phase_and_mobo_splits_its_proposals() -> None:
         space,
         ev,
         make_strategy("mobo", space, 0),
-        max_evals=16,
+        SearchSettings(max_evals=16, batch=4, patience=None),
         screen=Screen.build(space, ev.quality_model, ev.mode),
-        batch=4,
-        on_trial=lambda t: None,
-        clock=clock,
+        hooks=LoopHooks(on_trial=lambda t: None, clock=clock),
     )
     wall = time.perf_counter() - t0
     s = clock.seconds

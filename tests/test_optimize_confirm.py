@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from boute.optimize.confirm import CONFIRM_SEARCH, CONFIRMED, confirm
-from boute.optimize.session import optimize
+from boute.optimize.confirm import confirm
+from boute.optimize.session import SearchRuntime, optimize
+from boute.optimize.settings import SearchSettings
+from boute.optimize.status import CONFIRMING, TrialStatus
 from boute.specs import load_scenario
 from tests.cli import run_cli
 from tests.optimize_synthetic import SkewedEvaluator
@@ -31,11 +33,14 @@ def scenario():
 
 def _run(scenario, objective: str, confirm_skew: float, budget: int, store=None, prior: bool = False):
     fast = SkewedEvaluator(scenario, "skew-fast", 0, 0.2)
-    out = optimize(scenario, evaluator=fast, max_evals=24, objective=objective, seed=3, store=store, experiment="c")
+    out = optimize(
+        scenario,
+        SearchSettings(max_evals=24, objective=objective, seed=3, experiment="c", batch=1, workers=1),
+        SearchRuntime(evaluator=fast, store=store),
+    )
     assert out.chosen is not None  # the optimistic search is sure it found plans meeting the targets
     checker = SkewedEvaluator(scenario, "truth", 1, confirm_skew)
-    confirm(out, checker, store=store, max_evals=budget, seed=3, prior=fast if prior else None)
-    return out
+    return confirm(out, checker, store=store, max_evals=budget, seed=3, prior=fast if prior else None)
 
 
 @pytest.mark.parametrize(("objective", "prior"), [("latency", False), ("cost", False), ("cost", True)])
@@ -49,12 +54,12 @@ def test_a_plan_is_final_only_if_the_confirming_evaluator_accepts_it(
         out = _run(scenario, objective, 1.0, 16, store, prior)
         tg = scenario.goal
         first = out.confirmations[0]
-        assert first.status == CONFIRMED and first.result.evaluator == "truth"
+        assert first.status == TrialStatus.CONFIRMED and first.result.evaluator == "truth"
         if out.final is not None:
             r = out.confirmed[out.final.index]
             assert r.evaluator == "truth" and tg.met_by(r.quality, r.p95_latency_s, r.cost_per_hour)
         first_ok = tg.met_by(first.result.quality, first.result.p95_latency_s, first.result.cost_per_hour)
-        searched = [t for t in out.confirmations if t.status == CONFIRM_SEARCH]
+        searched = [t for t in out.confirmations if t.status == TrialStatus.CONFIRM_SEARCH]
         assert len([t for t in out.confirmations if t.result is not None]) <= 16
         # the search's own answer passes (nothing more to do) or fails: then the search goes on with the
         # confirming evaluator, warm-started from the confirmations
@@ -64,7 +69,7 @@ def test_a_plan_is_final_only_if_the_confirming_evaluator_accepts_it(
         assert out.final is not None, "no plan the truth accepts"
         rows = store.trial_rows(out.experiment_id)[len(out.trials) :]  # after the searched (and screened) ones
         assert [r.status for r in rows] == [t.status for t in out.confirmations]
-        assert {r.evaluator for r in rows if r.status in (CONFIRMED, CONFIRM_SEARCH)} == {"truth"}
+        assert {r.evaluator for r in rows if r.status in CONFIRMING} == {"truth"}
     finally:
         store.close()
 

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 from boute.optimize.objectives import (
-    PREFER_RULES,
+    OBJECTIVES,
+    PREFERENCES,
     Objective,
     front_layers,
     knee_goodness,
     make_objective,
     nondominated,
 )
+from boute.optimize.settings import SearchSettings
 from boute.optimize.trials import choose, hypervolume3, pareto_front
 from boute.specs import Targets, load_scenario
 from tests.optimize_synthetic import SyntheticEvaluator
@@ -77,7 +79,7 @@ def test_pareto_never_picks_a_dominated_plan_and_knee_is_unit_free() -> None:
     c = rng.uniform(5.0, 30.0, 40)
     feas = np.ones(40, dtype=bool)
     front = nondominated(np.stack([-q, p, c], axis=1))
-    for rule in PREFER_RULES:
+    for rule in PREFERENCES.names():
         i = Objective("pareto", rule).pick(q, p, c, feas, TG)
         assert front[i], rule
     # the knee does not depend on units: dollars as cents, seconds as ms (targets scaled alike)
@@ -134,13 +136,15 @@ def scenario():
 
 @pytest.mark.parametrize("objective", ["cost", "pareto"])
 def test_search_chooses_by_the_objective_and_keeps_the_3d_front(scenario, objective: str, tmp_path) -> None:
-    from boute.optimize.session import optimize
+    from boute.optimize.session import SearchRuntime, optimize
     from boute.tracking import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'o.db'}")
     try:
         out = optimize(
-            scenario, evaluator=SyntheticEvaluator(scenario), max_evals=24, objective=objective, store=store, seed=1
+            scenario,
+            SearchSettings(max_evals=24, objective=objective, seed=1, batch=1, workers=1),
+            SearchRuntime(evaluator=SyntheticEvaluator(scenario), store=store),
         )
         tg = scenario.goal
         ok = [
@@ -166,9 +170,13 @@ def test_search_chooses_by_the_objective_and_keeps_the_3d_front(scenario, object
 
 def test_latency_front_and_choice_are_unchanged(scenario) -> None:
     """The default objective keeps the (quality, P95) front of every plan and picks the lowest P95."""
-    from boute.optimize.session import optimize
+    from boute.optimize.session import SearchRuntime, optimize
 
-    out = optimize(scenario, evaluator=SyntheticEvaluator(scenario), max_evals=20, seed=2)
+    out = optimize(
+        scenario,
+        SearchSettings(max_evals=20, seed=2, batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(scenario)),
+    )
     assert out.objective.label == "latency"
     chosen, _ = choose(out.trials, scenario.goal)
     assert chosen is out.chosen
@@ -185,7 +193,9 @@ def test_mobo_cost_proposals_are_new_canonical_plans_that_pass_the_screens(scena
     ev = SyntheticEvaluator(scenario)
     scr = Screen.build(sp, ev.quality_model)
     strat = MoboStrategy(sp, seed=0, n_init=6, objective="cost", pool_global=64, pool_local=96)
-    trials = run_search(sp, ev, strat, max_evals=12, objective=Objective("cost"), screen=scr)
+    trials = run_search(
+        sp, ev, strat, SearchSettings(max_evals=12, objective="cost", batch=1, patience=None), screen=scr
+    )
     evaluated = [t for t in trials if t.evaluated]
     assert len(evaluated) == 12 and len(strat.steps) == 6  # 6 Sobol points, then 6 BO steps
     bo = evaluated[6:]
@@ -205,14 +215,17 @@ def test_nsga2_takes_the_objective(scenario) -> None:
 
     sp = Space.build(scenario)
     for obj in ("cost", "pareto"):
-        trials = run_search(sp, SyntheticEvaluator(scenario), NSGA2Strategy(sp, seed=1, objective=obj), max_evals=26)
+        trials = run_search(
+            sp,
+            SyntheticEvaluator(scenario),
+            NSGA2Strategy(sp, seed=1, objective=obj),
+            SearchSettings(max_evals=26, batch=1, patience=None),
+        )
         assert len(trials) == 26
 
 
 def test_combinations_of_rules_are_all_registered() -> None:
-    from boute.optimize.registry import OBJECTIVES, PREFERENCES
-
     assert OBJECTIVES.names() == ["latency", "cost", "pareto"]
-    assert set(PREFERENCES.names()) == set(PREFER_RULES)
+    assert PREFERENCES.names() == ["knee", "cost", "latency", "quality"]
     for name, rule in itertools.product(OBJECTIVES.names(), PREFERENCES.names()):
         assert make_objective(name, rule).name == name

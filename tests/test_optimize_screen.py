@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from boute.optimize.loop import run_search
+from boute.optimize.loop import LoopHooks, run_search
 from boute.optimize.screen import Screen
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Space
-from boute.optimize.trials import SCREENED
+from boute.optimize.status import TrialStatus
 from boute.specs import load_scenario
 from tests.optimize_synthetic import SyntheticEvaluator
 
@@ -110,9 +111,16 @@ def test_screened_trials_cost_no_evaluation_and_are_recorded() -> None:
     ev = SyntheticEvaluator(sc)
     scr = Screen.build(sp, ev.quality_model)
     seen: list = []
-    trials = run_search(sp, ev, RandomStrategy(sp, seed=4), max_evals=30, screen=scr, on_trial=seen.append)
+    trials = run_search(
+        sp,
+        ev,
+        RandomStrategy(sp, seed=4),
+        SearchSettings(max_evals=30, batch=1, patience=None),
+        screen=scr,
+        hooks=LoopHooks(on_trial=seen.append),
+    )
     evaluated = [t for t in trials if t.evaluated]
-    screened = [t for t in trials if t.status == SCREENED]
+    screened = [t for t in trials if t.status == TrialStatus.SCREENED]
     assert len(evaluated) == 30 == ev.calls + sum(bool(t.result and t.result.extra.cached) for t in evaluated)
     assert screened and all(t.result is None and t.error for t in screened)
     assert {t.error.split(":")[0] for t in screened} <= {"capacity", "quality"}
@@ -126,7 +134,14 @@ def test_screened_trials_cost_no_evaluation_and_are_recorded() -> None:
         assert scr.quality(t.candidate.fractions) >= sc.targets.quality_floor - 1e-12
         assert scr.overload(t.candidate) is None
     # resume: the same 30 + 10 more, none lost or repeated
-    more = run_search(sp, ev, RandomStrategy(sp, seed=4), max_evals=40, trials=trials, screen=scr)
+    more = run_search(
+        sp,
+        ev,
+        RandomStrategy(sp, seed=4),
+        SearchSettings(max_evals=40, batch=1, patience=None),
+        trials=trials,
+        screen=scr,
+    )
     assert more[: len(trials)] == trials and sum(t.evaluated for t in more) == 40
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from boute.optimize.loop import run_search, targets_of
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Space, is_valid
 from boute.optimize.strategies.fixed import equal_split, single_tier_single_gpu
 from boute.optimize.strategies.nsga2 import NSGA2Strategy
@@ -45,7 +46,7 @@ def test_hypervolume_counts_only_points_meeting_targets() -> None:
 
 def test_random_search_finds_a_feasible_plan_and_hv_is_monotone(setup) -> None:
     sp, ev = setup
-    trials = run_search(sp, ev, RandomStrategy(sp, seed=1), max_evals=120)
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=1), SearchSettings(max_evals=120, batch=1, patience=None))
     assert len(trials) == 120 and [t.index for t in trials] == list(range(120))
     hv = hypervolume_trace(trials, targets_of(sp))
     assert all(b >= a for a, b in zip(hv, hv[1:], strict=False))
@@ -60,9 +61,11 @@ def test_random_search_finds_a_feasible_plan_and_hv_is_monotone(setup) -> None:
 
 def test_nsga2_resume_replays_to_the_same_proposals(setup) -> None:
     sp, ev = setup
-    full = run_search(sp, ev, NSGA2Strategy(sp, seed=4), max_evals=40)
-    part = run_search(sp, ev, NSGA2Strategy(sp, seed=4), max_evals=17)
-    resumed = run_search(sp, ev, NSGA2Strategy(sp, seed=4), max_evals=40, trials=part)
+    full = run_search(sp, ev, NSGA2Strategy(sp, seed=4), SearchSettings(max_evals=40, batch=1, patience=None))
+    part = run_search(sp, ev, NSGA2Strategy(sp, seed=4), SearchSettings(max_evals=17, batch=1, patience=None))
+    resumed = run_search(
+        sp, ev, NSGA2Strategy(sp, seed=4), SearchSettings(max_evals=40, batch=1, patience=None), trials=part
+    )
     assert [t.x for t in resumed] == [t.x for t in full]
     assert all(is_valid(sp, t.candidate) is None for t in full)
 
@@ -77,9 +80,11 @@ def test_tpe_resumes_exactly_and_learns_where_the_feasible_plans_are(setup) -> N
     from boute.optimize.strategies.tpe import TPEStrategy
 
     sp, ev = setup
-    full = run_search(sp, ev, TPEStrategy(sp, seed=4), max_evals=60, batch=4)
-    part = run_search(sp, ev, TPEStrategy(sp, seed=4), max_evals=16, batch=4)
-    resumed = run_search(sp, ev, TPEStrategy(sp, seed=4), max_evals=60, trials=part, batch=4)
+    full = run_search(sp, ev, TPEStrategy(sp, seed=4), SearchSettings(max_evals=60, batch=4, patience=None))
+    part = run_search(sp, ev, TPEStrategy(sp, seed=4), SearchSettings(max_evals=16, batch=4, patience=None))
+    resumed = run_search(
+        sp, ev, TPEStrategy(sp, seed=4), SearchSettings(max_evals=60, batch=4, patience=None), trials=part
+    )
     assert [t.x for t in resumed] == [t.x for t in full]
     assert all(is_valid(sp, t.candidate) is None for t in full)
     tg = targets_of(sp)
@@ -96,13 +101,13 @@ def test_tpe_resumes_exactly_and_learns_where_the_feasible_plans_are(setup) -> N
             )
         )
 
-    rnd = run_search(sp, ev, RandomStrategy(sp, seed=4), max_evals=60)
+    rnd = run_search(sp, ev, RandomStrategy(sp, seed=4), SearchSettings(max_evals=60, batch=1, patience=None))
     assert violation(full[30:]) < 0.75 * violation(rnd[30:])
 
 
 def test_convergence_stops_early(setup) -> None:
     sp, ev = setup
-    trials = run_search(sp, ev, RandomStrategy(sp, seed=2), max_evals=3000, patience=25)
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=2), SearchSettings(max_evals=3000, patience=25, batch=1))
     assert len(trials) < 3000
     chosen, _ = choose(trials, targets_of(sp))
     assert chosen is not None and chosen.index <= len(trials) - 26
@@ -112,7 +117,7 @@ def test_infeasible_targets_report_the_closest_plan(setup) -> None:
     sp, ev = setup
     from boute.specs import Targets
 
-    trials = run_search(sp, ev, RandomStrategy(sp, seed=0), max_evals=20)
+    trials = run_search(sp, ev, RandomStrategy(sp, seed=0), SearchSettings(max_evals=20, batch=1, patience=None))
     chosen, closest = choose(trials, Targets(0.99, 0.001, sp.budget))
     assert chosen is None and closest is not None
 
@@ -137,7 +142,7 @@ def test_mobo_models_quality_exactly_and_proposes_canonical_new_plans(setup) -> 
 
     sp, ev = setup
     strat = MoboStrategy(sp, seed=0, n_init=8, pool_global=64, pool_local=64, acq="hybrid")
-    trials = run_search(sp, ev, strat, max_evals=12)
+    trials = run_search(sp, ev, strat, SearchSettings(max_evals=12, batch=1, patience=None))
     assert strat.quality_fn is not None  # bound from the evaluator by run_search
     fr = (0.3, 0.7)
     assert strat.quality_fn(fr) == ev.quality(fr)
@@ -154,13 +159,13 @@ def test_mobo_models_quality_exactly_and_proposes_canonical_new_plans(setup) -> 
 
 
 def test_mobo_without_exact_quality_falls_back_to_the_gp_design(setup) -> None:
-    from boute.optimize.registry import make_strategy
+    from boute.optimize.strategies.factory import make_strategy
     from boute.optimize.strategies.mobo import MoboStrategy
 
     sp, ev = setup
     opts = {"n_init": 8, "num_restarts": 1, "raw_samples": 32, "mc_samples": 16}
     strat = MoboStrategy(sp, seed=0, **opts)
-    start = run_search(sp, ev, RandomStrategy(sp, seed=5), max_evals=8)
+    start = run_search(sp, ev, RandomStrategy(sp, seed=5), SearchSettings(max_evals=8, batch=1, patience=None))
     x = strat.ask(start)  # no bind: no exact quality, so the first design (GP for quality too) answers
     assert strat.quality_fn is None and strat._gp_design is not None and strat.steps == ["nehvi"]
     assert x.shape == (sp.dim,) and is_valid(sp, sp.decode(x)) is None
@@ -297,7 +302,10 @@ def test_tpe_keeps_sampling_at_random_until_a_plan_passes_the_screens(setup) -> 
 
     sp, ev = setup
     scr = _NarrowScreen(sp)
-    runs = {s: run_search(sp, ev, TPEStrategy(sp, seed=s), max_evals=6, batch=4, screen=scr) for s in range(12)}
+    runs = {
+        s: run_search(sp, ev, TPEStrategy(sp, seed=s), SearchSettings(max_evals=6, batch=4, patience=None), screen=scr)
+        for s in range(12)
+    }
     missed = [s for s, done in runs.items() if not any(t.evaluated for t in done[:12])]
     assert missed, "no seed's start-up misses the region: the test would not exercise the rule"
     for s in missed:

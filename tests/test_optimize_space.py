@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boute.errors import InfeasibleError
-from boute.optimize.session import with_targets
+from boute.optimize.plan_run import with_targets
 from boute.optimize.space import Space, is_valid
 from boute.specs import Plan, Routing, load_scenario
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from boute.optimize.session import optimize
+from boute.optimize.session import SearchRuntime, optimize
+from boute.optimize.settings import SearchSettings
 from boute.optimize.trials import Trial
 from boute.specs import Scenario, load_scenario
 from boute.tracking import open_store
@@ -25,21 +26,19 @@ def store(tmp_path) -> Any:
 def first() -> tuple[Scenario, list[Trial]]:
     """A finished random search whose trials warm-start the searches below."""
     sc = load_scenario(None)
-    return sc, optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=12, patience=None).trials
+    return sc, optimize(
+        sc,
+        SearchSettings(strategy="random", max_evals=12, patience=None, batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(sc)),
+    ).trials
 
 
 def _search(sc: Scenario, ev: SyntheticEvaluator, store: Any, name: str, max_evals: int, start: Sequence[Trial] = ()):
     """The warm or resumed search of these tests: random, patience 1, recorded as experiment ``name``."""
     return optimize(
         sc,
-        strategy="random",
-        evaluator=ev,
-        max_evals=max_evals,
-        patience=1,
-        store=store,
-        experiment=name,
-        start=start,
-        seed=1,
+        SearchSettings(strategy="random", max_evals=max_evals, patience=1, experiment=name, seed=1, batch=1, workers=1),
+        SearchRuntime(evaluator=ev, store=store, start=start),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from boute.errors import BouteError, InfeasibleError, SpecError
 from boute.optimize.plan_run import PlanRequest, PlanRun, PlanWorker, make_plan
+from boute.optimize.settings import SearchSettings
 from boute.replan.drift import Thresholds, Trigger
 from boute.replan.loop import DESIRED, Autopilot, Replanned
 from boute.replan.window import Window, group_key
@@ -19,7 +21,8 @@ from boute.serving.bundle import copy_plan, open_plan
 from boute.tracking import open_store
 
 #: a quick search: random proposals on the small scenario scored by the fast path, confirmed by the simulator
-QUICK = {"scenario": "builtin:small-live", "strategy": "random", "evaluator": "fast", "max_evals": 8, "patience": None}
+SMALL = "builtin:small-live"
+QUICK = SearchSettings(strategy="random", evaluator="fast", max_evals=8, patience=None)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[PlanRun, str]:
     """A plan made by the typed entry point, into a deployment folder as ``boute deploy up`` leaves one."""
     d = tmp_path_factory.mktemp("deploy")
     db = f"sqlite:///{d / 'b.db'}"
-    run = make_plan(PlanRequest(out=d / DESIRED, db=db, experiment="first", **QUICK))  # type: ignore[arg-type]
+    run = make_plan(PlanRequest(out=d / DESIRED, scenario=SMALL, db=db, search=replace(QUICK, experiment="first")))
     (d / "config.json").write_text(json.dumps({"redis_url": "redis://127.0.0.1:1/0", "prefix": "test-plan-run"}))
     return run, db
 
@@ -52,12 +55,16 @@ def test_a_request_that_cannot_be_met_is_a_typed_error_and_writes_nothing(tmp_pa
     out = tmp_path / "p.json"
     db = f"sqlite:///{tmp_path / 'b.db'}"
     with pytest.raises(InfeasibleError, match="is above the best tier's quality"):
-        make_plan(PlanRequest(out=out, db=db, quality_floor=0.99, **QUICK))  # type: ignore[arg-type]
+        make_plan(PlanRequest(out=out, scenario=SMALL, db=db, quality_floor=0.99, search=QUICK))
     with pytest.raises(InfeasibleError, match=r"no plan meets .* P95 <= 0.05 s .*closest:"):
-        make_plan(PlanRequest(out=out, db=db, p95_cap=0.05, confirm=False, **QUICK))  # type: ignore[arg-type]
+        make_plan(PlanRequest(out=out, scenario=SMALL, db=db, p95_cap=0.05, search=replace(QUICK, confirm=False)))
     assert not out.exists()
     with pytest.raises(BouteError, match="--prefer: picks a plan from the pareto front"):
-        PlanRequest(out=out, prefer="cost").check()
+        PlanRequest(out=out, search=SearchSettings(prefer="cost"))  # refused when it is made
+    with pytest.raises(BouteError, match="--quality-floor: 1.5 is not in"):
+        PlanRequest(out=out, quality_floor=1.5)
+    with pytest.raises(BouteError, match="--max-evals: must be >= 1, got 0"):
+        replace(QUICK, max_evals=0)
 
 
 @pytest.mark.timeout(240)  # a spawned worker imports the optimiser (torch) once, then runs three requests
@@ -65,12 +72,14 @@ def test_a_worker_process_answers_with_the_same_typed_results_and_errors(tmp_pat
     db = f"sqlite:///{tmp_path / 'b.db'}"
     with PlanWorker() as worker:
         with pytest.raises(InfeasibleError, match="is above the best tier's quality"):
-            worker.run(PlanRequest(out=tmp_path / "a.json", db=db, quality_floor=0.99, **QUICK))  # type: ignore[arg-type]
+            worker.run(PlanRequest(out=tmp_path / "a.json", scenario=SMALL, db=db, quality_floor=0.99, search=QUICK))
         missing = tmp_path / "nope.yaml"
         with pytest.raises(SpecError) as err:  # rebuilt from its parts on this side
             worker.run(PlanRequest(out=tmp_path / "b.json", scenario=str(missing)))
         assert err.value.file is not None and err.value.file.endswith("nope.yaml")
-        run = worker.run(PlanRequest(out=tmp_path / "c.json", db=db, **QUICK | {"max_evals": 4}))  # type: ignore[arg-type]
+        run = worker.run(
+            PlanRequest(out=tmp_path / "c.json", scenario=SMALL, db=db, search=replace(QUICK, max_evals=4))
+        )
     assert isinstance(run, PlanRun) and run.path == tmp_path / "c.json" and run.summary.evaluations == 4
     assert open_plan(run.path) == run.plan
 

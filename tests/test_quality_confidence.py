@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import t as student_t
 
 from boute.optimize.plan_run import PlanRequest, make_plan
+from boute.optimize.settings import SearchSettings
 from boute.quality import quality_model_for
 from boute.quality.build import profile_for, tier_models
 from boute.quality.confidence import lower_bound
@@ -84,9 +85,15 @@ def test_coverage_by_resampling(fractions: list[float]) -> None:
 
 @needs_data
 def test_optimize_holds_the_bound_to_the_floor(tmp_path: Path) -> None:
-    quick = {"scenario": "builtin:routerbench-3tier", "strategy": "random", "evaluator": "fast", "max_evals": 16}
+    quick = SearchSettings(strategy="random", evaluator="fast", max_evals=16)
     run = make_plan(
-        PlanRequest(out=tmp_path / "p.json", db=f"sqlite:///{tmp_path / 'b.db'}", quality_confidence=0.95, **quick)  # type: ignore[arg-type]
+        PlanRequest(
+            out=tmp_path / "p.json",
+            scenario="builtin:routerbench-3tier",
+            db=f"sqlite:///{tmp_path / 'b.db'}",
+            quality_confidence=0.95,
+            search=quick,
+        )
     )
     pred = run.plan.predicted
     assert pred is not None and pred.floor_on == "bound" and pred.quality_confidence == 0.95

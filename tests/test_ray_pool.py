@@ -9,9 +9,10 @@ from boute.errors import BouteError
 from boute.optimize.evaluators.fast import FastEvaluator
 from boute.optimize.evaluators.pool import EvaluatorPool
 from boute.optimize.evaluators.ray_pool import RayEvaluatorPool, check_reachable
-from boute.optimize.loop import run_search
-from boute.optimize.registry import make_strategy
+from boute.optimize.loop import LoopHooks, run_search
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Space
+from boute.optimize.strategies.factory import make_strategy
 from boute.specs import load_scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # a Ray node starts (~15 s) and spawns its workers
@@ -39,7 +40,13 @@ def _search(pool: EvaluatorPool) -> list[tuple[str, float | None, str | None]]:
     sc = load_scenario(None)
     space = Space.build(sc)
     with pool:
-        trials = run_search(space, pool.evaluator, make_strategy("random", space, 5), max_evals=24, batch=6, pool=pool)
+        trials = run_search(
+            space,
+            pool.evaluator,
+            make_strategy("random", space, 5),
+            SearchSettings(max_evals=24, batch=6, patience=None),
+            hooks=LoopHooks(pool=pool),
+        )
     return [(t.candidate.key(), None if t.result is None else t.result.p95_latency_s, t.error) for t in trials]
 
 

@@ -89,20 +89,24 @@ def test_harder_traffic_is_planned_as_a_mix_the_running_cut_and_the_answers_it_e
 def test_a_warm_started_search_resumes_from_rescored_trials(tmp_path: Path) -> None:
     from boute.optimize import session
     from boute.optimize.evaluators import FastEvaluator
+    from boute.optimize.settings import SearchSettings
     from boute.replan.warm import seed_experiment, warm_trials
     from boute.tracking import open_store
 
     sc = load_scenario("builtin:small-live")
     store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
     try:
-        session.optimize(sc, evaluator=FastEvaluator(sc), max_evals=20, store=store, experiment="first", patience=None)
+        first = SearchSettings(max_evals=20, experiment="first", patience=None, batch=1, workers=1)
+        session.optimize(sc, first, session.SearchRuntime(evaluator=FastEvaluator(sc), store=store))
         busier = sc.model_copy(update={"workload": sc.workload.model_copy(update={"rate_rps": 5.0})})
         ev = FastEvaluator(busier)
         warm = warm_trials(store, ["first"], busier, ev, limit=10)
         assert 0 < len(warm) <= 10 and len({t.candidate.key() for t in warm}) == len(warm)
         assert all(t.result is not None and t.result.evaluator == "fast" for t in warm)
-        seed_experiment(store, "second", busier, warm)
-        out = session.optimize(busier, evaluator=ev, max_evals=len(warm) + 5, store=store, experiment="second")
+        # one request for the seeded experiment and the search that resumes it: their records match
+        second = SearchSettings(max_evals=len(warm) + 5, experiment="second", evaluator="fast", batch=1, workers=1)
+        seed_experiment(store, busier, warm, second)
+        out = session.optimize(busier, second, session.SearchRuntime(evaluator=ev, store=store))
         assert out.resumed_trials == len(warm) and len(out.trials) == len(warm) + 5
     finally:
         store.close()

@@ -12,7 +12,8 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from boute.errors import BouteError
-from boute.optimize.session import optimize
+from boute.optimize.session import SearchRuntime, optimize
+from boute.optimize.settings import SearchSettings
 from boute.specs import load_scenario
 from boute.tracking import open_store
 from boute.tracking.models import Base
@@ -83,15 +84,27 @@ def test_resume_continues_from_stored_trials(db_url: str) -> None:
     sc = load_scenario(None)
     ev = SyntheticEvaluator(sc)
     store = open_store(db_url)
-    first = optimize(sc, strategy="nsga2", evaluator=ev, max_evals=15, patience=None, store=store, experiment="r")
+    first = optimize(
+        sc,
+        SearchSettings(strategy="nsga2", max_evals=15, patience=None, experiment="r", batch=1, workers=1),
+        SearchRuntime(evaluator=ev, store=store),
+    )
     calls = ev.calls
-    again = optimize(sc, strategy="nsga2", evaluator=ev, max_evals=30, patience=None, store=store, experiment="r")
+    again = optimize(
+        sc,
+        SearchSettings(strategy="nsga2", max_evals=30, patience=None, experiment="r", batch=1, workers=1),
+        SearchRuntime(evaluator=ev, store=store),
+    )
     assert again.resumed_trials == len(first.trials) and first.evaluations == 15  # screened ones are stored too
     assert ev.calls - calls <= 15  # only the new trials were evaluated (cached duplicates cost nothing)
     rows = store.trial_rows(first.experiment_id)
     assert [r.index for r in rows] == list(range(len(again.trials))) and again.evaluations == 30
     # the stored run equals an uninterrupted one: no trial lost, none repeated
-    fresh = optimize(sc, strategy="nsga2", evaluator=SyntheticEvaluator(sc), max_evals=30, patience=None)
+    fresh = optimize(
+        sc,
+        SearchSettings(strategy="nsga2", max_evals=30, patience=None, batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(sc)),
+    )
     assert [r.params["x"] for r in rows] == [list(t.x) for t in fresh.trials]
     assert store.experiment("r").status in ("complete", "infeasible")
     assert len(store.fronts(first.experiment_id)) == 2
@@ -101,9 +114,17 @@ def test_resume_continues_from_stored_trials(db_url: str) -> None:
 def test_resume_with_other_settings_is_a_clear_error(sqlite_url: str) -> None:
     sc = load_scenario(None)
     store = open_store(sqlite_url)
-    optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store, experiment="x")
+    optimize(
+        sc,
+        SearchSettings(strategy="random", max_evals=3, experiment="x", batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(sc), store=store),
+    )
     with pytest.raises(BouteError, match="'x' was run with strategy='random'"):
-        optimize(sc, strategy="nsga2", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store, experiment="x")
+        optimize(
+            sc,
+            SearchSettings(strategy="nsga2", max_evals=3, experiment="x", batch=1, workers=1),
+            SearchRuntime(evaluator=SyntheticEvaluator(sc), store=store),
+        )
     store.close()
 
 
@@ -117,14 +138,30 @@ def test_trials_of_another_perf_model_are_not_resumed(sqlite_url: str, monkeypat
 
     sc = load_scenario(None)
     store = open_store(sqlite_url)
-    old = optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store)
-    optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store, experiment="p")
+    old = optimize(
+        sc,
+        SearchSettings(strategy="random", max_evals=3, batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(sc), store=store),
+    )
+    optimize(
+        sc,
+        SearchSettings(strategy="random", max_evals=3, experiment="p", batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(sc), store=store),
+    )
     fit = structure.packaged_fit()
     refit = dataclasses.replace(fit, structure=dataclasses.replace(fit.structure, roofline_p=2.0))
     monkeypatch.setattr(structure, "packaged_fit", lambda: refit)  # the upgraded install's packaged fit
     with pytest.raises(BouteError, match="'p' was run with perf_sha="):
-        optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store, experiment="p")
-    new = optimize(sc, strategy="random", evaluator=SyntheticEvaluator(sc), max_evals=3, store=store)
+        optimize(
+            sc,
+            SearchSettings(strategy="random", max_evals=3, experiment="p", batch=1, workers=1),
+            SearchRuntime(evaluator=SyntheticEvaluator(sc), store=store),
+        )
+    new = optimize(
+        sc,
+        SearchSettings(strategy="random", max_evals=3, batch=1, workers=1),
+        SearchRuntime(evaluator=SyntheticEvaluator(sc), store=store),
+    )
     assert new.experiment_id != old.experiment_id and new.resumed_trials == 0
     store.close()
 

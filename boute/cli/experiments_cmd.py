@@ -60,13 +60,15 @@ def list_cmd(db: str | None = TRACKING_DB, as_json: bool = typer.Option(False, "
 @experiments_app.command("show")
 def show_cmd(ref: str = typer.Argument(..., help="experiment name or id"), db: str | None = TRACKING_DB) -> None:
     """Settings, trial counts, the plan written and the latest Pareto front (2-D or 3-D) of an experiment."""
+    from boute.optimize.status import CONFIRMING, TrialStatus
+
     info, rows, fronts, plans = _load(db, ref)
     info["objective"] = (info.get("settings") or {}).get("objective", "latency")
     info["trials"] = len(rows)
-    info["failed"] = sum(r.status == "failed" for r in rows)
-    info["confirmed"] = sum(r.status in ("confirmed", "confirm-search") for r in rows)  # not search trials
-    info["confirm_search"] = sum(r.status == "confirm-search" for r in rows)  # of which a confirming search
-    screened = [r for r in rows if r.status == "screened"]  # removed by the screens: never evaluated
+    info["failed"] = sum(r.status == TrialStatus.FAILED for r in rows)
+    info["confirmed"] = sum(r.status in CONFIRMING for r in rows)  # not search trials
+    info["confirm_search"] = sum(r.status == TrialStatus.CONFIRM_SEARCH for r in rows)  # of which a confirming search
+    screened = [r for r in rows if r.status == TrialStatus.SCREENED]  # removed by the screens: never evaluated
     info["screened"] = {
         "trials": len(screened),
         "capacity": sum((r.error or "").startswith("capacity") for r in screened),

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from boute.cli.options import TRACKING_DB
-from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
+from boute.optimize.objectives import tie_key
+from boute.optimize.registry import EVALUATORS, STRATEGIES
+from boute.optimize.settings import default_of, help_of, option_decl
+from boute.optimize.status import TrialStatus
 from boute.serving.registry import DEFAULT_REDIS_URL
 
 if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the command runs
@@ -25,157 +28,166 @@ if TYPE_CHECKING:  # annotations only: the CLI imports the optimiser when the co
 
     from boute.optimize.evaluators.base import EvalDetail
     from boute.optimize.outcome import Outcome
-    from boute.optimize.plan_run import PlanRun
+    from boute.optimize.plan_run import PlanRequest, PlanRun
     from boute.optimize.trials import Trial
 
 
+def _opt(name: str, *aliases: str, help: str | None = None, **kw: Any) -> Any:
+    """The option of the search setting ``name``: its default, flag and help from
+    :class:`~boute.optimize.settings.SearchSettings` (``help`` added after the field's own)."""
+    return typer.Option(default_of(name), option_decl(name), *aliases, help=help_of(name) + (help or ""), **kw)
+
+
+# the module is imported by the CLI's root after the plug-ins registered (the live evaluator): the choices
+# listed here include them
+STRATEGY = _opt("strategy", help=STRATEGIES.choices())
+EVALUATOR = _opt("evaluator", help=EVALUATORS.choices())
+MAX_EVALS = _opt("max_evals", min=1)
+OBJECTIVE = _opt("objective")
+PREFER = _opt("prefer")
+SCREEN = _opt("screen")
+BATCH = _opt("batch", min=1)
+WORKERS = _opt("workers", min=1)
+RAY_ADDRESS = _opt("ray_address")
+TIME_BUDGET = _opt("time_budget_s", min=1.0)
+MODE = _opt("mode")
+SEED = _opt("seed")
+EXPERIMENT = _opt("experiment")
+PATIENCE = _opt("patience", min=0)
+CONFIRM = _opt("confirm")
+CONFIRM_WITH = _opt("confirm_with", help=EVALUATORS.choices())
+MAX_CONFIRM = _opt("max_confirm", min=1)
+
+OUT = typer.Option(..., "--out", "-o", help="plan file to write (JSON or YAML)")
+SCENARIO = typer.Option(None, "--scenario", "-s", help="scenario YAML or builtin:NAME")
+BUDGET = typer.Option(None, "--budget", help="USD/h budget (overrides the scenario)")
+QUALITY_FLOOR = typer.Option(None, "--quality-floor", help="minimum quality in [0,1]")
+P95_CAP = typer.Option(None, "--p95-cap", help="P95 end-to-end latency cap, seconds")
+QUALITY_CONFIDENCE = typer.Option(
+    None,
+    "--quality-confidence",
+    help="hold the quality floor on the one-sided lower confidence bound at this level (e.g. 0.95) "
+    "of the held-out quality, not on its mean",
+)
+JUDGE = typer.Option(
+    None,
+    "--judge",
+    help="cascade: cut thresholds on the offline verifier's scores or on the LLM judge's the profile "
+    "recorded (verifier | llm; default: the scenario's quality.judge)",
+)
+ROUTER = typer.Option(
+    None,
+    "--router",
+    help="pre-route: 'ladder' (a difficulty score cut by thresholds) or 'multi' (each tier's predicted "
+    "correctness, priced to the load fractions) (default: the scenario's quality.router_kind)",
+)
+PLOT = typer.Option(None, "--plot", help="write a Pareto plot (PNG)")
+QUIET = typer.Option(False, "--quiet", "-q", help="no progress bar")
+CALIBRATION = typer.Option(
+    None, "--calibration", help="calibration file (e.g. from boute profile perf) instead of the scenario's"
+)
+REDIS = typer.Option(
+    DEFAULT_REDIS_URL,
+    "--redis",
+    envvar="BOUTE_REDIS_URL",
+    help="Redis for the live evaluator's replica registry (--evaluator live only)",
+)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("optimize")
-    def optimize_cmd(
-        out: Path = typer.Option(..., "--out", "-o", help="plan file to write (JSON or YAML)"),
-        scenario: str | None = typer.Option(None, "--scenario", "-s", help="scenario YAML or builtin:NAME"),
-        budget: float | None = typer.Option(None, "--budget", help="USD/h budget (overrides the scenario)"),
-        quality_floor: float | None = typer.Option(None, "--quality-floor", help="minimum quality in [0,1]"),
-        p95_cap: float | None = typer.Option(None, "--p95-cap", help="P95 end-to-end latency cap, seconds"),
-        quality_confidence: float | None = typer.Option(
-            None,
-            "--quality-confidence",
-            help="hold the quality floor on the one-sided lower confidence bound at this level (e.g. 0.95) "
-            "of the held-out quality, not on its mean",
-        ),
-        max_evals: int = typer.Option(60, "--max-evals", min=1, help="evaluation budget"),
-        objective: str = typer.Option(
-            "latency", "--objective", help="what to optimise among plans meeting the targets: " + OBJECTIVES.choices()
-        ),
-        prefer: str | None = typer.Option(
-            None,
-            "--prefer",
-            help="--objective pareto: the rule picking the plan from the front (default knee): "
-            + PREFERENCES.choices(),
-        ),
-        screen: bool = typer.Option(
-            True,
-            "--screen/--no-screen",
-            help="move proposals onto the quality floor and skip plans over the capacity bound before evaluating",
-        ),
-        strategy: str = typer.Option("mobo", "--strategy", help=STRATEGIES.choices()),
-        evaluator: str = typer.Option(
-            "sim",
-            "--evaluator",
-            help="what the search optimises (the simulator by default, with the fast path as the GP's prior): "
-            + EVALUATORS.choices(),
-        ),
-        batch: int = typer.Option(4, "--batch", min=1, help="proposals per search step, evaluated together"),
-        workers: int | None = typer.Option(
-            None,
-            "--workers",
-            min=1,
-            help="processes evaluating a batch (default: the cores this process may use; with --ray-address, "
-            "the cluster's CPUs)",
-        ),
-        ray_address: str | None = typer.Option(
-            None,
-            "--ray-address",
-            help="evaluate batches on this Ray cluster's actors (auto, HOST:PORT or ray://HOST:10001; every node "
-            "needs BOute installed); raise --batch with its size",
-        ),
-        time_budget: float | None = typer.Option(
-            None, "--time-budget", min=1.0, help="stop searching after this many seconds (the plan is still confirmed)"
-        ),
-        mode: str = typer.Option("preroute", "--mode", help="routing mode: preroute | cascade"),
-        judge: str | None = typer.Option(
-            None,
-            "--judge",
-            help="cascade: cut thresholds on the offline verifier's scores or on the LLM judge's the profile "
-            "recorded (verifier | llm; default: the scenario's quality.judge)",
-        ),
-        router: str | None = typer.Option(
-            None,
-            "--router",
-            help="pre-route: 'ladder' (a difficulty score cut by thresholds) or 'multi' (each tier's predicted "
-            "correctness, priced to the load fractions) (default: the scenario's quality.router_kind)",
-        ),
-        seed: int = typer.Option(
-            0,
-            "--seed",
-            help="the search's seed (where it looks); the simulated traffic is the scenario's workload.seed",
-        ),
-        db: str | None = TRACKING_DB,
-        experiment: str | None = typer.Option(None, "--experiment", help="experiment name; an existing one resumes"),
-        patience: int = typer.Option(
-            20, "--patience", min=0, help="stop when the chosen plan is unchanged this long (0: never)"
-        ),
-        confirm: bool = typer.Option(True, "--confirm/--no-confirm", help="re-evaluate the best front points"),
-        confirm_with: str = typer.Option(
-            "sim", "--confirm-with", help="a more faithful evaluator than --evaluator: " + EVALUATORS.choices()
-        ),
-        max_confirm: int = typer.Option(
-            12,
-            "--max-confirm",
-            min=1,
-            help="confirming evaluations in all: the best 4 plans, then a search with the confirming evaluator",
-        ),
-        plot: Path | None = typer.Option(None, "--plot", help="write a Pareto plot (PNG)"),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-        calibration: Path | None = typer.Option(
-            None, "--calibration", help="calibration file (e.g. from boute profile perf) instead of the scenario's"
-        ),
-        redis: str = typer.Option(
-            DEFAULT_REDIS_URL,
-            "--redis",
-            envvar="BOUTE_REDIS_URL",
-            help="Redis for the live evaluator's replica registry (--evaluator live only)",
-        ),
-    ) -> None:
-        """Find the best plan (--objective: lowest P95, lowest $/h, or a pick of the quality x P95 x $/h front)
-        meeting the quality floor and the P95 cap within the budget."""
-        from boute.optimize.plan_run import PlanRequest, make_plan, prepare_search_process
+    app.command("optimize")(optimize_cmd)
 
-        req = PlanRequest(
-            out=out,
-            scenario=scenario,
-            budget=budget,
-            quality_floor=quality_floor,
-            p95_cap=p95_cap,
-            quality_confidence=quality_confidence,
-            judge=judge,
-            router=router,
-            calibration=calibration,
-            max_evals=max_evals,
-            objective=objective,
-            prefer=prefer,
-            screen=screen,
-            strategy=strategy,
-            evaluator=evaluator,
-            batch=batch,
-            workers=workers,
-            ray_address=ray_address,
-            time_budget_s=time_budget,
-            mode=mode,
-            seed=seed,
-            db=db,
-            experiment=experiment,
-            patience=patience or None,
-            confirm=confirm,
-            confirm_with=confirm_with,
-            max_confirm=max_confirm,
-            plot=plot,
-            redis_url=redis,
-        )
-        req.check()  # a bad option is one line before the optimiser's imports
-        prepare_search_process()  # this process runs the search, set up as a worker would be
-        progress = _Progress(max_evals, quiet, objective)
 
-        def searched(res: Outcome) -> None:
-            progress.__exit__()  # the bar goes before anything else is said
-            if res.resumed_trials:
-                typer.echo(
-                    f"resumed experiment '{res.experiment_name}' from {res.resumed_trials} stored trials", err=True
-                )
+def optimize_cmd(
+    out: Path = OUT,
+    scenario: str | None = SCENARIO,
+    budget: float | None = BUDGET,
+    quality_floor: float | None = QUALITY_FLOOR,
+    p95_cap: float | None = P95_CAP,
+    quality_confidence: float | None = QUALITY_CONFIDENCE,
+    max_evals: int = MAX_EVALS,
+    objective: str = OBJECTIVE,
+    prefer: str | None = PREFER,
+    screen: bool = SCREEN,
+    strategy: str = STRATEGY,
+    evaluator: str = EVALUATOR,
+    batch: int = BATCH,
+    workers: int | None = WORKERS,
+    ray_address: str | None = RAY_ADDRESS,
+    time_budget: float | None = TIME_BUDGET,
+    mode: str = MODE,
+    judge: str | None = JUDGE,
+    router: str | None = ROUTER,
+    seed: int = SEED,
+    db: str | None = TRACKING_DB,
+    experiment: str | None = EXPERIMENT,
+    patience: int = PATIENCE,
+    confirm: bool = CONFIRM,
+    confirm_with: str = CONFIRM_WITH,
+    max_confirm: int = MAX_CONFIRM,
+    plot: Path | None = PLOT,
+    quiet: bool = QUIET,
+    calibration: Path | None = CALIBRATION,
+    redis: str = REDIS,
+) -> None:
+    """Find the best plan (--objective: lowest P95, lowest $/h, or a pick of the quality x P95 x $/h front)
+    meeting the quality floor and the P95 cap within the budget."""
+    from boute.optimize.plan_run import PlanRequest
+    from boute.optimize.settings import SearchSettings
 
-        with progress:
-            run = make_plan(req, on_trial=progress.update, on_searched=searched, clock=progress.clock)
-        _summary(run)
+    # a bad option is one line before the optimiser's imports: the request checks itself when it is made
+    search = SearchSettings(
+        strategy=strategy,
+        evaluator=evaluator,
+        max_evals=max_evals,
+        objective=objective,
+        prefer=prefer,
+        screen=screen,
+        batch=batch,
+        workers=workers,
+        ray_address=ray_address,
+        time_budget_s=time_budget,
+        mode=mode,
+        seed=seed,
+        experiment=experiment,
+        patience=patience,
+        confirm=confirm,
+        confirm_with=confirm_with,
+        max_confirm=max_confirm,
+    )
+    req = PlanRequest(
+        out=out,
+        scenario=scenario,
+        budget=budget,
+        quality_floor=quality_floor,
+        p95_cap=p95_cap,
+        quality_confidence=quality_confidence,
+        judge=judge,
+        router=router,
+        calibration=calibration,
+        db=db,
+        plot=plot,
+        redis_url=redis,
+        search=search,
+    )
+    _run(req, quiet)
+
+
+def _run(req: PlanRequest, quiet: bool) -> None:
+    """Make the plan with a progress bar (which goes before anything else is said), then say what was done."""
+    from boute.optimize.plan_run import make_plan, prepare_search_process
+
+    prepare_search_process()  # this process runs the search, set up as a worker would be
+    progress = _Progress(req.search.max_evals, quiet, req.search.objective)
+
+    def searched(res: Outcome) -> None:
+        progress.__exit__()  # the bar goes before anything else is said
+        if res.resumed_trials:
+            typer.echo(f"resumed experiment '{res.experiment_name}' from {res.resumed_trials} stored trials", err=True)
+
+    with progress:
+        run = make_plan(req, on_trial=progress.update, on_searched=searched, clock=progress.clock)
+    _summary(run)
 
 
 class _Progress:
@@ -191,7 +203,7 @@ class _Progress:
         self.objective = objective
         self._p: Progress | None = None
         self._task: TaskID | None = None
-        self._best: tuple[float, float] | None = None
+        self._best: tuple[tuple[float, ...], float, float] | None = None  # (key, P95, $/h) of the best
         self._done: int | None = None  # evaluated trials, counted from the resumed ones on the first update
         self._screened = 0
 
@@ -226,21 +238,23 @@ class _Progress:
             return
         if self._done is None:
             self._done = sum(t.evaluated for t in trials)
-        if trial.status == "screened":
+        if trial.status == TrialStatus.SCREENED:
             self._screened += 1
         else:
             self._done += 1
         r = trial.result
-        if r is not None and r.feasible:
-            key = (r.cost_per_hour, r.p95_latency_s) if self.objective == "cost" else (r.p95_latency_s, r.cost_per_hour)
-            if self._best is None or key < self._best:
-                self._best = key
+        if r is not None and r.feasible:  # the best feasible plan on the objective's axis (P95 unless cost)
+            key = tie_key(
+                "cost" if self.objective == "cost" else "latency", r.quality, r.p95_latency_s, r.cost_per_hour
+            )
+            if self._best is None or key < self._best[0]:
+                self._best = (key, r.p95_latency_s, r.cost_per_hour)
         if self._best is None:
             desc = "best: none feasible yet"
         elif self.objective == "cost":
-            desc = f"best: ${self._best[0]:.2f}/h, P95 {self._best[1]:.3g} s"
+            desc = f"best: ${self._best[2]:.2f}/h, P95 {self._best[1]:.3g} s"
         else:
-            desc = f"best P95: {self._best[0]:.3g} s (${self._best[1]:.2f}/h)"
+            desc = f"best P95: {self._best[1]:.3g} s (${self._best[2]:.2f}/h)"
         if self._screened:
             desc += f"; {self._screened} screened out"
         from boute.optimize.clock import breakdown
@@ -260,11 +274,11 @@ def _summary(run: PlanRun) -> None:
         f"experiment '{out.experiment}'"
     )
     if out.screen is not None:
-        s, pl = out.screen["search"], out.screen["pool"]
+        s, pl = out.screen.search, out.screen.pool
         typer.echo(
-            f"  screens: of {s['seen']} proposals, {s['projected']} moved onto the quality floor, "
-            f"{s['quality']} below it, {s['capacity']} over the capacity bound (not evaluated); "
-            f"acquisition pool: {pl['projected']} of {pl['seen']} moved, {pl['quality'] + pl['capacity']} removed"
+            f"  screens: of {s.seen} proposals, {s.projected} moved onto the quality floor, "
+            f"{s.quality} below it, {s.capacity} over the capacity bound (not evaluated); "
+            f"acquisition pool: {pl.projected} of {pl.seen} moved, {pl.quality + pl.capacity} removed"
         )
     r = out.searched
     if r is not None:

@@ -10,6 +10,7 @@ each module holds. In brief, as BoTorch is shaped:
 * :mod:`.surrogates` and :mod:`.acquisition`: the models of the outcomes and the acquisition over a pool
   of plans that strategy ``mobo`` builds from them;
 * :mod:`.strategies`: what proposes the next plans (:class:`Strategy`), built by name from :data:`STRATEGIES`;
+* :mod:`.settings` (:class:`SearchSettings`: one frozen, validated search request, the CLI's defaults);
 * :mod:`.loop` (:func:`run_search`), :mod:`.session` (:func:`optimize`: one search, tracked, resumable),
   :mod:`.confirm` (a more faithful evaluator re-checks the answer), :mod:`.plan_run` (:func:`make_plan`:
   search, confirm and write a plan: the entry point of ``boute optimize`` and the re-plan loop).
@@ -25,22 +26,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from boute.optimize.evaluators.base import EvalDetail, EvalResult, Evaluator
-    from boute.optimize.loop import run_search
-    from boute.optimize.objectives import Objective, make_objective
+    from boute.optimize.evaluators.factory import make_evaluator
+    from boute.optimize.loop import LoopHooks, run_search
+    from boute.optimize.objectives import OBJECTIVES, PREFERENCES, Objective, make_objective
     from boute.optimize.outcome import Outcome
     from boute.optimize.plan_run import PlanRequest, PlanRun, PlanWorker, RunSummary, make_plan
-    from boute.optimize.registry import (
-        EVALUATORS,
-        OBJECTIVES,
-        PREFERENCES,
-        STRATEGIES,
-        make_evaluator,
-        make_strategy,
-    )
-    from boute.optimize.screen import Screen
-    from boute.optimize.session import optimize
+    from boute.optimize.registry import EVALUATORS, STRATEGIES
+    from boute.optimize.screen import Screen, ScreenReport
+    from boute.optimize.session import SearchRuntime, optimize
+    from boute.optimize.settings import SearchSettings
     from boute.optimize.space import Candidate, Space
+    from boute.optimize.status import ExperimentStatus, TrialStatus
     from boute.optimize.strategies.base import Strategy
+    from boute.optimize.strategies.factory import make_strategy
+    from boute.optimize.trial_store import TrialStore
     from boute.optimize.trials import Trial
 
 #: export -> the module that defines it
@@ -50,20 +49,27 @@ _WHERE = {
     "PlanRun": "plan_run",
     "PlanWorker": "plan_run",
     "RunSummary": "plan_run",
+    "SearchSettings": "settings",
     "optimize": "session",
+    "SearchRuntime": "session",
     "Outcome": "outcome",
     "run_search": "loop",
+    "LoopHooks": "loop",
     "EVALUATORS": "registry",
     "STRATEGIES": "registry",
-    "OBJECTIVES": "registry",
-    "PREFERENCES": "registry",
-    "make_evaluator": "registry",
-    "make_strategy": "registry",
+    "OBJECTIVES": "objectives",
+    "PREFERENCES": "objectives",
+    "make_evaluator": "evaluators.factory",
+    "make_strategy": "strategies.factory",
     "Space": "space",
     "Candidate": "space",
     "Objective": "objectives",
     "make_objective": "objectives",
     "Screen": "screen",
+    "ScreenReport": "screen",
+    "TrialStatus": "status",
+    "ExperimentStatus": "status",
+    "TrialStore": "trial_store",
     "Strategy": "strategies.base",
     "Evaluator": "evaluators.base",
     "EvalResult": "evaluators.base",
@@ -77,6 +83,8 @@ __all__ = [
     "EvalDetail",
     "EvalResult",
     "Evaluator",
+    "ExperimentStatus",
+    "LoopHooks",
     "OBJECTIVES",
     "Objective",
     "Outcome",
@@ -87,9 +95,14 @@ __all__ = [
     "RunSummary",
     "STRATEGIES",
     "Screen",
+    "ScreenReport",
+    "SearchRuntime",
+    "SearchSettings",
     "Space",
     "Strategy",
     "Trial",
+    "TrialStatus",
+    "TrialStore",
     "make_evaluator",
     "make_objective",
     "make_plan",

@@ -17,38 +17,40 @@ the targets can be the answer**:
    between the confirming evaluator and ``prior``, plan by plan (:class:`boute.optimize.strategies.mobo.MoboStrategy`),
    so each faithful result corrects the search evaluator's figures for the whole space.
 3. The answer is the objective's pick among plans the confirming evaluator found meeting the targets; if
-   there is none, :attr:`Outcome.final` stays None and the caller reports the closest confirmed plan
-   (``boute optimize`` exits 2 and writes nothing); the experiment's status becomes ``unconfirmed``.
+   there is none, the returned outcome's :attr:`Outcome.final` is None and the caller reports the closest
+   confirmed plan (``boute optimize`` exits 2 and writes nothing); the experiment's status becomes
+   ``unconfirmed``.
 
 Every confirming evaluation is recorded as a trial of the experiment after the searched ones: status
-``confirmed`` (a re-check of search trial ``params.source``) or ``confirm-search`` (a plan the continued search
-proposed), with the confirming evaluator's name. Strategies never train on them in later runs (they are
-not ``complete``). The logic uses only the evaluator protocol (results of two evaluators of rising fidelity).
+``confirmed`` (a re-check of a search trial) or ``confirm-search`` (a plan the continued search proposed)
+(:class:`~boute.optimize.status.TrialStatus`), with the confirming evaluator's name. Strategies never train
+on them in later runs (they are not ``complete``). The logic uses only the evaluator protocol (results of two evaluators of rising fidelity).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from boute.errors import BouteError
 from boute.optimize.evaluators.base import EvalResult, Evaluator
-from boute.optimize.loop import run_search
+from boute.optimize.experiment import TrackedExperiment
+from boute.optimize.loop import LoopHooks, run_search
 from boute.optimize.objectives import Objective
 from boute.optimize.outcome import Outcome
-from boute.optimize.records import trial_row
-from boute.optimize.registry import make_strategy
 from boute.optimize.screen import Screen
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Candidate
+from boute.optimize.status import ExperimentStatus, TrialStatus
+from boute.optimize.strategies.factory import make_strategy
+from boute.optimize.trial_store import TrialStore
 from boute.optimize.trials import Trial, feasible_mask, figures
 from boute.quality.policy_quality import QualityModel
 from boute.specs.targets import Targets
 
-#: status of a confirming re-evaluation of a search trial, and of a trial of the continued search
-CONFIRMED = "confirmed"
-CONFIRM_SEARCH = "confirm-search"
 #: confirming evaluations of the continued search with an unchanged answer before it stops
 CONFIRM_PATIENCE = 4
 #: front points whose deployments match and whose routing fractions differ by less than this are one plan
@@ -92,18 +94,37 @@ def candidates(trials: Sequence[Trial], objective: Objective, targets: Targets) 
     return out
 
 
+@dataclass
+class _Confirming:
+    """A confirmation under way: its evaluations as trials (recorded as they come) and its results by the
+    index of the search trial (or continued-search trial) whose plan they judged."""
+
+    out: Outcome
+    tracked: TrackedExperiment
+    confirmations: list[Trial] = field(default_factory=list)
+    confirmed: dict[int, EvalResult] = field(default_factory=dict)
+
+    def record(self, row: Trial) -> None:
+        self.confirmations.append(row)
+        self.tracked.add_trial(row)
+
+    def next_index(self) -> int:
+        return len(self.out.trials) + len(self.confirmations)
+
+
 def confirm(
     out: Outcome,
     evaluator: Evaluator,
     max_points: int = 4,
-    store: Any = None,
+    store: TrialStore | None = None,
     *,
     max_evals: int | None = None,
     seed: int = 0,
-    strategy_options: dict[str, Any] | None = None,
+    strategy_options: Mapping[str, Any] | None = None,
     prior: Evaluator | None = None,
-) -> None:
-    """Confirm ``out``'s answer with ``evaluator`` (module doc); sets ``out.final`` (None: nothing confirmed).
+) -> Outcome:
+    """``out`` confirmed with ``evaluator`` (module doc): a new outcome whose ``final`` is the confirmed
+    answer (None: nothing confirmed).
 
     ``store``: the tracking store (:func:`boute.tracking.open_store`) the confirmations are recorded in, as
     trials of ``out``'s experiment. ``max_evals``: confirming evaluations in all, re-checks and continued
@@ -111,59 +132,62 @@ def confirm(
     a cheap evaluator whose P95 the continued search corrects (module doc, step 2).
     """
     tg = out.space.scenario.goal
-    objective: Objective = out.objective
     budget = 3 * max_points if max_evals is None else max(1, max_evals)
-
-    def record(row: Trial) -> None:
-        out.confirmations.append(row)
-        if store is not None and out.experiment_id is not None:
-            store.add_trial(out.experiment_id, trial_row(row))
-
-    checked: list[Trial] = []  # (the search trial whose plan was confirmed) -> out.confirmed[index]
-    first = distinct(candidates(out.trials, objective, tg), min(max_points, budget))
-    for t in first:
-        index = len(out.trials) + len(out.confirmations)
-        try:
-            res = evaluator(t.candidate)
-        except Exception as exc:
-            record(Trial(index, t.x, t.z, t.candidate, None, status="failed", error=f"confirm: {exc}"))
-            continue
-        out.confirmed[t.index] = res
-        checked.append(t)
-        record(Trial(index, t.x, t.z, t.candidate, res, status=CONFIRMED))
-    found = _pick(out, checked, tg)
+    tracked = TrackedExperiment(store, out.experiment_id, out.experiment_name)
+    run = _Confirming(out, tracked)
+    first = distinct(candidates(out.trials, out.objective, tg), min(max_points, budget))
+    checked = _recheck(run, evaluator, first)  # the search trials whose plans were confirmed
+    final, closest = _pick(out.objective, run.confirmed, checked, tg)
     # the search's own answer failed its confirmation: the search evaluator is wrong around here, so the
     # rest of the budget goes to searching with the confirming evaluator (for a better plan than the
     # confirmed runner-up, or for any plan at all)
-    top = out.confirmed.get(first[0].index) if first else None
+    top = run.confirmed.get(first[0].index) if first else None
     top_failed = bool(first) and (
         top is None or not tg.met_by(top.quality, top.p95_latency_s, top.cost_per_hour, top.quality_se)
     )
-    if (not found or top_failed) and budget > len(out.confirmations):
-        _continue_search(out, evaluator, budget - len(out.confirmations), record, seed, strategy_options, prior)
-        searched = [t for t in out.confirmations if t.status == CONFIRM_SEARCH and t.result is not None]
+    if (final is None or top_failed) and budget > len(run.confirmations):
+        _continue_search(run, evaluator, budget - len(run.confirmations), seed, strategy_options, prior)
+        searched = [t for t in run.confirmations if t.status == TrialStatus.CONFIRM_SEARCH and t.result is not None]
         for t in searched:
-            out.confirmed[t.index] = t.checked_result
-        _pick(out, checked + searched, tg)
-    if store is not None and out.experiment_id is not None and out.final is None:
-        store.set_status(out.experiment_id, "unconfirmed")
+            run.confirmed[t.index] = t.checked_result
+        final, closest = _pick(out.objective, run.confirmed, checked + searched, tg)
+    if final is None:
+        tracked.set_status(ExperimentStatus.UNCONFIRMED)
+    return out.confirmed_as(run.confirmed, run.confirmations, final, closest)
 
 
-def _pick(out: Outcome, checked: list[Trial], tg: Targets) -> bool:
-    """Set ``out.final`` to the objective's pick among confirmed plans meeting the targets (True if any)."""
-    res = [out.confirmed[t.index] for t in checked]
+def _recheck(run: _Confirming, evaluator: Evaluator, first: Sequence[Trial]) -> list[Trial]:
+    """Re-evaluate the plans of ``first`` (module doc, step 1); the ones that gave a result."""
+    checked: list[Trial] = []
+    for t in first:
+        index = run.next_index()
+        try:
+            res = evaluator(t.candidate)
+        except Exception as exc:
+            run.record(Trial(index, t.x, t.z, t.candidate, None, status=TrialStatus.FAILED, error=f"confirm: {exc}"))
+            continue
+        run.confirmed[t.index] = res
+        checked.append(t)
+        run.record(Trial(index, t.x, t.z, t.candidate, res, status=TrialStatus.CONFIRMED))
+    return checked
+
+
+def _pick(
+    objective: Objective, confirmed: Mapping[int, EvalResult], checked: list[Trial], tg: Targets
+) -> tuple[Trial | None, Trial | None]:
+    """``(final, closest)``: the objective's pick among confirmed plans meeting the targets and, when none
+    does, the closest confirmed one (both None when nothing was confirmed)."""
+    res = [confirmed[t.index] for t in checked]
     if not res:
-        out.final = None
-        return False
+        return None, None
     q = np.array([r.quality for r in res])
     p = np.array([r.p95_latency_s for r in res])
     c = np.array([r.cost_per_hour for r in res])
     feas = tg.mask(q, p, c, [r.quality_se for r in res])
-    i = out.objective.pick(q, p, c, feas, tg)
-    out.final = None if i is None else checked[i]
+    i = objective.pick(q, p, c, feas, tg)
     if i is None:
-        out.confirm_closest = checked[int(np.argmin(tg.violation(q, p, c)))]
-    return i is not None
+        return None, checked[int(np.argmin(tg.violation(q, p, c)))]
+    return checked[i], None
 
 
 class _Guarded:
@@ -190,23 +214,29 @@ class _Guarded:
 
 
 def _continue_search(
-    out: Outcome,
+    run: _Confirming,
     evaluator: Evaluator,
     n: int,
-    record: Callable[[Trial], None],
     seed: int,
-    strategy_options: dict[str, Any] | None,
+    strategy_options: Mapping[str, Any] | None,
     prior: Evaluator | None = None,
 ) -> None:
     """Search on with the confirming evaluator, warm-started from the confirmations (module doc, step 2)."""
+    out = run.out
     space = out.space
     base = len(out.trials)
     # the confirmations so far, as the history of a search with the confirming evaluator (local indices)
     history = [
         Trial(
-            i, t.x, t.z, t.candidate, t.result, status="complete" if t.result is not None else "failed", error=t.error
+            i,
+            t.x,
+            t.z,
+            t.candidate,
+            t.result,
+            status=TrialStatus.COMPLETE if t.result is not None else TrialStatus.FAILED,
+            error=t.error,
         )
-        for i, t in enumerate(out.confirmations)
+        for i, t in enumerate(run.confirmations)
     ]
     opts = {k: v for k, v in (strategy_options or {}).items() if k != "n_init"}
     if prior is not None and evaluator.quality_model is not None:  # (the GP-quality fallback takes no prior)
@@ -215,18 +245,27 @@ def _continue_search(
     screen = Screen.build(space, evaluator.quality_model, evaluator.mode)
 
     def on_trial(t: Trial) -> None:
-        status = t.status if t.status != "complete" else CONFIRM_SEARCH
-        record(Trial(base + t.index, t.x, t.z, t.candidate, t.result, status=status, error=t.error))
+        status = t.status if t.status != TrialStatus.COMPLETE else TrialStatus.CONFIRM_SEARCH
+        run.record(Trial(base + t.index, t.x, t.z, t.candidate, t.result, status=status, error=t.error))
 
+    # one proposal a step, evaluated here; the objective and seed the search had
+    settings = SearchSettings(
+        max_evals=len(history) + n,
+        patience=CONFIRM_PATIENCE,
+        batch=1,
+        workers=1,
+        seed=seed,
+        mode=evaluator.mode,
+        objective=out.objective.name,
+        prefer=out.objective.prefer_option,
+    )
     run_search(
         space,
         _Guarded(evaluator),
         strat,
-        max_evals=len(history) + n,
+        settings,
         trials=history,
-        patience=CONFIRM_PATIENCE,
         min_trials=len(history) + 1,
-        on_trial=on_trial,
-        objective=out.objective,
         screen=screen,
+        hooks=LoopHooks(on_trial=on_trial),
     )

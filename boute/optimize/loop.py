@@ -6,7 +6,7 @@ run hands the stored trials back and the next ask is the one the interrupted run
 
 With a :class:`~boute.optimize.screen.Screen`, a proposal's routing is first moved into the region where the
 exact quality model meets the floor, and a plan that cannot carry its load (capacity bound) is recorded
-as a ``screened`` trial without being evaluated: it costs no evaluation (``max_evals`` counts evaluated
+as a screened trial (:attr:`TrialStatus.SCREENED`) without being evaluated: it costs no evaluation (``max_evals`` counts evaluated
 trials), and the strategy sees it in the history, so it is never proposed again and resuming stays exact.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -24,9 +24,11 @@ from boute.optimize.evaluators.base import EvalResult, Evaluator
 from boute.optimize.evaluators.pool import EvaluatorPool
 from boute.optimize.objectives import Objective
 from boute.optimize.screen import Screen
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Space
+from boute.optimize.status import TrialStatus
 from boute.optimize.strategies.base import Strategy
-from boute.optimize.trials import SCREENED, ChoiceTracker, Trial
+from boute.optimize.trials import ChoiceTracker, Trial
 from boute.specs.targets import Targets
 
 #: a strategy whose proposals the screens reject this many times in a row has nothing new left to offer
@@ -67,7 +69,7 @@ def _trial(space: Space, index: int, x: np.ndarray, asked: np.ndarray | None, re
     xs = tuple(float(v) for v in np.clip(x if asked is None else asked, 0, 1))
     zs = tuple(float(v) for v in space.encode(cand))
     if isinstance(res, BouteError):
-        return Trial(index, xs, zs, cand, None, status="failed", error=str(res))
+        return Trial(index, xs, zs, cand, None, status=TrialStatus.FAILED, error=str(res))
     return Trial(index, xs, zs, cand, res)
 
 
@@ -122,89 +124,125 @@ def evaluate_batch(
     return out
 
 
+@dataclass(frozen=True)
+class LoopHooks:
+    """What the loop reports to and runs on beside its settings; none of it changes what is proposed.
+
+    ``on_trial``: each trial as it is recorded (screened ones too), before it counts; ``pool``: the
+    evaluator's worker processes (default: one, in this process); ``deadline``: a ``time.monotonic()``
+    instant after which no new batch is asked; ``clock``: where the time goes, by phase
+    (:mod:`boute.optimize.clock`: propose, screen, evaluate, record).
+    """
+
+    on_trial: Callable[[Trial], None] | None = None
+    pool: EvaluatorPool | None = None
+    deadline: float | None = None
+    clock: SearchClock = field(default_factory=SearchClock)
+
+
+@dataclass
+class _Progress:
+    """The loop's state: the trials so far and what is derived from them (resuming rebuilds it exactly)."""
+
+    done: list[Trial]
+    cache: dict[str, EvalResult]  # plans evaluated so far, by key: a repeat is answered from here
+    tracker: ChoiceTracker  # the chosen plan after each evaluation (convergence)
+    evaluated: int  # trials that cost an evaluation
+    screened_run: int = 0  # proposals screened out in a row
+
+    @classmethod
+    def resume(cls, trials: Sequence[Trial], targets: Targets, objective: Objective) -> _Progress:
+        done = list(trials)
+        cache = {t.candidate.key(): t.result for t in done if t.ok and t.result is not None}
+        tracker = ChoiceTracker(targets, objective)
+        for t in done:
+            tracker.add(t)
+        return cls(done, cache, tracker, sum(t.evaluated for t in done))
+
+    def record(self, trial: Trial, hooks: LoopHooks) -> None:
+        if hooks.on_trial is not None:
+            with hooks.clock.timing("record"):
+                hooks.on_trial(trial)  # persisted before it counts: a crash after this line loses nothing
+        self.done.append(trial)
+        if trial.evaluated:
+            self.tracker.add(trial)
+            self.evaluated += 1
+            self.screened_run = 0
+        else:
+            self.screened_run += 1
+
+
 def run_search(
     space: Space,
     evaluator: Evaluator,
     strategy: Strategy,
+    settings: SearchSettings,
     *,
-    max_evals: int,
     trials: Sequence[Trial] = (),
-    patience: int | None = None,
     min_trials: int = 0,
-    on_trial: Callable[[Trial], None] | None = None,
-    objective: Objective | None = None,
     screen: Screen | None = None,
-    batch: int = 1,
-    pool: EvaluatorPool | None = None,
-    deadline: float | None = None,
-    clock: SearchClock | None = None,
+    hooks: LoopHooks | None = None,
 ) -> list[Trial]:
-    """Run until ``max_evals`` trials were evaluated, the chosen plan converged or ``deadline`` (a
-    ``time.monotonic()`` instant) passed; ``trials`` resumes a run.
+    """Run until ``settings.max_evals`` trials were evaluated, the chosen plan (by ``settings.objective``)
+    has not changed for ``settings.patience`` evaluations (never before ``min_trials`` trials), or
+    ``hooks.deadline`` passed; ``trials`` resumes a run.
 
     ``screen``: project and screen every proposal first (module doc); screened trials are recorded (and
-    passed to ``on_trial``) but not evaluated and not counted in ``max_evals``, ``patience`` or ``min_trials``.
-    ``batch``: proposals asked at once (:meth:`Strategy.ask_batch`) and evaluated together, by ``pool``'s
-    workers when it has them; a batch never runs past ``max_evals``. The deadline is checked between
-    batches, so a search overruns it by at most one batch. ``clock``: where the time goes, by phase
-    (:mod:`boute.optimize.clock`: propose, screen, evaluate, record).
+    passed to ``hooks.on_trial``) but not evaluated and not counted in ``max_evals``, ``patience`` or
+    ``min_trials``. ``settings.batch``: proposals asked at once (:meth:`Strategy.ask_batch`) and evaluated
+    together, by ``hooks.pool``'s workers when it has them; a batch never runs past ``max_evals``. The
+    deadline is checked between batches, so a search overruns it by at most one batch. The other settings
+    (the evaluator's and strategy's names, workers, ...) are the caller's to apply.
     """
-    done = list(trials)
-    clock = clock if clock is not None else SearchClock()
+    hooks = hooks if hooks is not None else LoopHooks()
+    clock = hooks.clock
     strategy.bind(evaluator)  # e.g. MOBO takes the evaluator's exact quality function
     strategy.use_clock(clock)  # e.g. MOBO splits its proposals' time into fit, pool and acquisition
     if screen is not None:
         strategy.use_screen(screen)  # e.g. MOBO screens its acquisition pool too
-    runner = pool if pool is not None else EvaluatorPool(evaluator, space.scenario, 0, workers=1)
-    cache = {t.candidate.key(): t.result for t in done if t.ok and t.result is not None}
+    runner = hooks.pool if hooks.pool is not None else EvaluatorPool(evaluator, space.scenario, 0, workers=1)
     targets = targets_of(space)
-    tracker = ChoiceTracker(targets, objective)
-    for t in done:
-        tracker.add(t)
-    evaluated = sum(t.evaluated for t in done)
-    run = 0
-
-    def record(trial: Trial) -> None:
-        if on_trial is not None:
-            with clock.timing("record"):
-                on_trial(trial)  # persisted before it counts: a crash after this line loses nothing
-        done.append(trial)
-
-    while evaluated < max_evals and not converged(tracker, targets, patience, min_trials):
-        if deadline is not None and time.monotonic() >= deadline:
+    state = _Progress.resume(trials, targets, settings.chosen_by)
+    while state.evaluated < settings.max_evals and not converged(state.tracker, targets, settings.patience, min_trials):
+        if hooks.deadline is not None and time.monotonic() >= hooks.deadline:
             break
         with clock.timing("propose"):
-            xs = [np.asarray(x, dtype=float).reshape(-1) for x in strategy.ask_batch(done, max(1, batch))]
-        xs = xs[: max(1, min(len(xs), max_evals - evaluated))]
-        points: list[tuple[np.ndarray, np.ndarray | None]] = []
-        slots: list[Trial | None] = []  # screened trials in place, None where an evaluation goes
-        for j, x in enumerate(xs):
-            if screen is None:
-                points.append((x, None))
-                slots.append(None)
-                continue
-            with clock.timing("screen"):
-                xp, cand, why = screen.admit(x)
-            if why is None:
-                points.append((xp, x))
-                slots.append(None)
-            else:
-                z = tuple(float(v) for v in space.encode(cand))
-                xs_ = tuple(float(v) for v in np.clip(x, 0, 1))
-                slots.append(Trial(len(done) + j, xs_, z, cand, None, SCREENED, why))
-        indices = [len(done) + j for j, s in enumerate(slots) if s is None]
+            xs = [
+                np.asarray(x, dtype=float).reshape(-1) for x in strategy.ask_batch(state.done, max(1, settings.batch))
+            ]
+        xs = xs[: max(1, min(len(xs), settings.max_evals - state.evaluated))]
+        slots, points = _screened(space, screen, xs, len(state.done), clock)
         with clock.timing("evaluate"):
-            results = iter(evaluate_batch(space, runner, points, 0, cache))
-        for slot in slots:
-            if slot is not None:
-                record(slot)
-                run += 1
-                continue
-            t = next(results)
-            record(Trial(indices.pop(0), t.x, t.z, t.candidate, t.result, t.status, t.error))
-            tracker.add(done[-1])
-            evaluated += 1
-            run = 0
-        if run >= SCREENED_RUN_LIMIT:
+            results = iter(evaluate_batch(space, runner, points, 0, state.cache))
+        for index, slot in enumerate(slots, start=len(state.done)):
+            if slot is None:  # evaluated: numbered in its place among the batch's screened trials
+                t = next(results)
+                slot = Trial(index, t.x, t.z, t.candidate, t.result, t.status, t.error)
+            state.record(slot, hooks)
+        if state.screened_run >= SCREENED_RUN_LIMIT:
             break
-    return done
+    return state.done
+
+
+def _screened(
+    space: Space, screen: Screen | None, xs: Sequence[np.ndarray], start: int, clock: SearchClock
+) -> tuple[list[Trial | None], list[tuple[np.ndarray, np.ndarray | None]]]:
+    """The batch ``xs`` (trials ``start, start + 1, ...``) through the screens: per proposal its screened
+    trial, or None where an evaluation goes; and the points to evaluate, ``(x projected, x asked)``."""
+    slots: list[Trial | None] = []
+    points: list[tuple[np.ndarray, np.ndarray | None]] = []
+    for j, x in enumerate(xs):
+        if screen is None:
+            points.append((x, None))
+            slots.append(None)
+            continue
+        with clock.timing("screen"):
+            xp, cand, why = screen.admit(x)
+        if why is None:
+            points.append((xp, x))
+            slots.append(None)
+        else:
+            z = tuple(float(v) for v in space.encode(cand))
+            asked = tuple(float(v) for v in np.clip(x, 0, 1))
+            slots.append(Trial(start + j, asked, z, cand, None, TrialStatus.SCREENED, why))
+    return slots, points

@@ -1,24 +1,28 @@
 """What a search produced, as the session, the confirmation and the plan writer see it: :class:`Outcome`.
 
 Its own module so that :mod:`boute.optimize.session` (which builds one) and :mod:`boute.optimize.confirm`
-(which completes it) both import it and neither imports the other's caller.
+(which completes it) both import it and neither imports the other's caller. An outcome is a value: the
+confirmation returns a new one with its results (:meth:`Outcome.confirmed_as`), it never changes one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import EvalResult
 from boute.optimize.objectives import Objective
+from boute.optimize.screen import ScreenReport
 from boute.optimize.space import Space
 from boute.optimize.trials import Trial
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    """A search's trials and what was chosen from them; confirmation fills ``confirmed``, ``confirmations``
-    and ``final`` (the plan to write: the search's ``chosen``, or the confirmation's pick, or None)."""
+    """A search's trials and what was chosen from them; a confirmation's outcome adds ``confirmed``,
+    ``confirmations`` and ``final`` (the plan to write: the search's ``chosen``, or the confirmation's pick,
+    or None)."""
 
     space: Space
     trials: list[Trial]
@@ -29,11 +33,11 @@ class Outcome:
     resumed_trials: int = 0
     experiment_id: int | None = None
     experiment_name: str | None = None
-    confirmed: dict[int, EvalResult] = field(default_factory=dict)  # trial index -> confirming result
-    confirmations: list[Trial] = field(default_factory=list)  # the confirming evaluations, as trials
+    confirmed: Mapping[int, EvalResult] = field(default_factory=dict)  # trial index -> confirming result
+    confirmations: Sequence[Trial] = ()  # the confirming evaluations, as trials
     final: Trial | None = None  # the plan written: chosen, or the confirmation's pick (None: none confirmed)
     objective: Objective = field(default_factory=Objective)
-    screen: dict[str, dict[str, int]] | None = None  # ScreenCounts of the search's proposals and MOBO's pool
+    screen: ScreenReport | None = None  # what the screens did to the search's proposals and MOBO's pool
     confirm_closest: Trial | None = None  # when no confirmed plan meets the targets: the closest confirmed
     clock: SearchClock = field(default_factory=SearchClock)  # where the time went, by phase (search + confirm)
 
@@ -45,6 +49,27 @@ class Outcome:
     @property
     def screened(self) -> int:
         return len(self.trials) - self.evaluations
+
+    def confirmed_as(
+        self,
+        confirmed: Mapping[int, EvalResult],
+        confirmations: Sequence[Trial],
+        final: Trial | None,
+        closest: Trial | None = None,
+    ) -> Outcome:
+        """This outcome completed by a confirmation: its results by search trial index, its evaluations as
+        trials, the plan to write (None: none confirmed) and, then, the closest confirmed plan."""
+        return replace(
+            self, confirmed=dict(confirmed), confirmations=tuple(confirmations), final=final, confirm_closest=closest
+        )
+
+    def confirmed_by_search(self) -> Outcome:
+        """This outcome with the search's own answer as its confirmation: the search's evaluator is already
+        the most faithful one asked for."""
+        t = self.chosen
+        if t is None or t.result is None:
+            return self
+        return replace(self, confirmed={**self.confirmed, t.index: t.result})
 
     def infeasible_message(self) -> str:
         tg = self.space.scenario.goal

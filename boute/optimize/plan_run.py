@@ -1,10 +1,11 @@
 """Make a plan, end to end: the one entry point ``boute optimize`` and the re-plan loop call.
 
 search (:func:`boute.optimize.session.optimize`) -> confirm with a more faithful evaluator
-(:func:`boute.optimize.confirm.confirm`) -> build the plan (:func:`~boute.optimize.session.build_plan`) ->
+(:func:`boute.optimize.confirm.confirm`) -> build the plan (:func:`boute.optimize.final_plan.build_plan`) ->
 write it with its bundle, atomically (:func:`boute.serving.bundle.write_plan`) -> record it in the tracking
-DB. A request is a frozen, picklable :class:`PlanRequest`; the answer is a typed :class:`PlanRun` (the plan
-as written and what the run did), and every failure is a typed error: :class:`~boute.errors.InfeasibleError`
+DB: the named steps of :func:`make_plan`. A request is a frozen, picklable, validated :class:`PlanRequest`
+holding the search's :class:`~boute.optimize.settings.SearchSettings` whole; the answer is a typed
+:class:`PlanRun` (the plan as written and what the run did), and every failure is a typed error: :class:`~boute.errors.InfeasibleError`
 when no plan meets the targets, :class:`~boute.errors.UnconfirmedError` when the confirming evaluator rejects
 every plan it checked (nothing is written in either case), a :class:`~boute.errors.BouteError` naming the
 option for a bad request. :class:`PlanWorker` runs requests in a spawned worker process, for a caller that
@@ -18,33 +19,42 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerError
-from boute.optimize.registry import EVALUATORS, OBJECTIVES, PREFERENCES, STRATEGIES
+from boute.optimize.registry import EVALUATORS
+from boute.optimize.settings import SearchSettings
+from boute.optimize.status import TrialStatus
 from boute.quality.policy_quality import JUDGES
 from boute.quality.router_kinds import TRAINED_KINDS
 from boute.serving.registry import DEFAULT_REDIS_URL
-from boute.specs.plan import ROUTING_MODES
 
 if TYPE_CHECKING:
     from boute.optimize.clock import SearchClock
-    from boute.optimize.evaluators.base import EvalResult
+    from boute.optimize.evaluators.base import EvalResult, Evaluator
     from boute.optimize.outcome import Outcome
+    from boute.optimize.screen import ScreenReport
+    from boute.optimize.trial_store import TrialStore
     from boute.optimize.trials import Trial
+    from boute.quality.policy_quality import QualityModel
     from boute.specs import Plan, Scenario
 
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What to plan for and how to search. Plain values only, so a request can go to a worker process.
+    """What to plan for, where to write it, and how to search (``search``). Plain values only, so a request
+    can go to a worker process; a request that cannot run is refused when it is made (a BouteError naming
+    the option at fault, as ``boute optimize`` spells it).
 
     ``scenario``: a scenario file or ``builtin:NAME`` (None: the default); ``budget``, ``quality_floor`` and
-    ``p95_cap`` override its targets, ``calibration`` its calibration file. The rest are the options of
-    ``boute optimize`` of the same names (``patience`` None: never stop early).
+    ``p95_cap`` override its targets, ``quality_confidence`` holds the floor on the lower bound at that
+    level, ``judge`` the cascade's judge (verifier | llm) and ``router`` the pre-router (ladder | multi),
+    ``calibration`` its calibration file. ``db``: the tracking DB; ``plot``: the front plot to write;
+    ``redis_url``: the live evaluator's replica registry.
     """
 
     out: Path
@@ -52,53 +62,21 @@ class PlanRequest:
     budget: float | None = None
     quality_floor: float | None = None
     p95_cap: float | None = None
-    quality_confidence: float | None = None  # hold the floor on the lower bound at this level
-    judge: str | None = None  # the cascade's judge, overriding the scenario's quality.judge (verifier | llm)
-    router: str | None = None  # the pre-router, overriding the scenario's quality.router_kind (ladder | multi)
+    quality_confidence: float | None = None
+    judge: str | None = None
+    router: str | None = None
     calibration: Path | None = None
-    max_evals: int = 60
-    objective: str = "latency"
-    prefer: str | None = None
-    screen: bool = True
-    strategy: str = "mobo"
-    evaluator: str = "sim"
-    batch: int = 4
-    workers: int | None = None  # None: the cores this process may use (with ray_address: the cluster's CPUs)
-    ray_address: str | None = None  # evaluate on this Ray cluster's actors instead of local processes
-    time_budget_s: float | None = None
-    mode: str = "preroute"
-    seed: int = 0
     db: str | None = None
-    experiment: str | None = None
-    patience: int | None = 20
-    confirm: bool = True
-    confirm_with: str = "sim"
-    max_confirm: int = 12
     plot: Path | None = None
     redis_url: str = DEFAULT_REDIS_URL
+    search: SearchSettings = field(default_factory=SearchSettings)
+
+    def __post_init__(self) -> None:
+        self.check()
 
     def check(self) -> None:
-        """BouteError naming the option at fault (as ``boute optimize`` spells it) for a request that cannot run."""
-        STRATEGIES.get(self.strategy)
-        OBJECTIVES.get(self.objective)
-        if self.prefer is not None:
-            PREFERENCES.get(self.prefer)
-            if self.objective != "pareto":
-                raise BouteError(
-                    f"--prefer: picks a plan from the pareto front; it needs --objective pareto, not {self.objective}"
-                )
-        EVALUATORS.get(self.evaluator)
-        EVALUATORS.get(self.confirm_with, "--confirm-with")
-        if self.ray_address is not None:
-            from boute.optimize.evaluators.pool import POOLABLE
-
-            if self.evaluator not in POOLABLE:
-                raise BouteError(
-                    f"--ray-address: the {self.evaluator} evaluator runs in this process; "
-                    f"only {', '.join(sorted(POOLABLE))} evaluations go to a Ray cluster"
-                )
-        if self.mode not in ROUTING_MODES:
-            raise BouteError(f"--mode: unknown routing mode '{self.mode}' (known: {', '.join(ROUTING_MODES)})")
+        """BouteError naming the option at fault for a request that cannot run (the search's own settings
+        are checked when they are made: :class:`~boute.optimize.settings.SearchSettings`)."""
         if self.judge is not None and self.judge not in JUDGES:
             raise BouteError(f"--judge: unknown cascade judge '{self.judge}' (known: {', '.join(JUDGES)})")
         if self.router is not None and self.router not in TRAINED_KINDS:
@@ -110,13 +88,9 @@ class PlanRequest:
         for opt, v in (("--budget", self.budget), ("--p95-cap", self.p95_cap)):
             if v is not None and v <= 0:
                 raise BouteError(f"{opt}: must be > 0, got {v}")
-        for opt, n in (("--max-evals", self.max_evals), ("--max-confirm", self.max_confirm)):
-            if n < 1:
-                raise BouteError(f"{opt}: must be >= 1, got {n}")
 
     def load_scenario(self) -> Scenario:
         """The scenario with this request's overrides (targets, calibration) applied."""
-        from boute.optimize.session import with_targets
         from boute.specs import load_scenario
         from boute.specs.scenario import with_judge, with_quality_confidence, with_router_kind
 
@@ -131,6 +105,21 @@ class PlanRequest:
         return sc
 
 
+def with_targets(scenario: Scenario, budget: float | None, floor: float | None, cap: float | None) -> Scenario:
+    """The scenario with CLI overrides of budget, quality floor and P95 cap."""
+    upd: dict[str, Any] = {}
+    if budget is not None:
+        upd["cluster"] = scenario.cluster.model_copy(update={"budget_per_hour": float(budget)})
+    t: dict[str, Any] = {}
+    if floor is not None:
+        t["quality_floor"] = float(floor)
+    if cap is not None:
+        t["p95_latency_s"] = float(cap)
+    if t:
+        upd["targets"] = scenario.targets.model_copy(update=t)
+    return scenario.model_copy(update=upd) if upd else scenario
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What one run did, for the caller to show or record."""
@@ -141,7 +130,7 @@ class RunSummary:
     resumed_trials: int
     confirmations: int  # confirming evaluations that gave a result
     confirm_searched: int  # of them, those by a search with the confirming evaluator
-    screen: dict[str, dict[str, int]] | None  # ScreenCounts of the proposals and of MOBO's pool
+    screen: ScreenReport | None  # what the screens did to the proposals and to MOBO's pool
     searched: EvalResult | None  # the written plan by the search's evaluator
     phase_s: dict[str, float]  # where the time went: seconds per phase (boute.optimize.clock)
 
@@ -164,7 +153,7 @@ def summarise(res: Outcome) -> RunSummary:
         evaluations=res.evaluations,
         resumed_trials=res.resumed_trials,
         confirmations=len(confirming),
-        confirm_searched=sum(t.status == "confirm-search" for t in confirming),
+        confirm_searched=sum(t.status == TrialStatus.CONFIRM_SEARCH for t in confirming),
         screen=res.screen,
         searched=res.final.result if res.final is not None else None,
         phase_s=res.clock.snapshot(),
@@ -190,106 +179,124 @@ def make_plan(
     bar); ``on_searched``: the search's outcome before confirmation; ``clock``: where the time goes, by phase,
     for a caller that shows it live (the summary has it anyway). Raises InfeasibleError, UnconfirmedError
     or BouteError; a plan is written only once it is confirmed."""
-    from boute.optimize import confirm as confirmation
-    from boute.optimize import session
-    from boute.optimize.evaluators.base import llm_judge_of, router_files_of, router_of, scorer_of, verifier_of
-    from boute.optimize.registry import make_evaluator
+    from boute.optimize.clock import SearchClock
     from boute.quality import quality_model_for
-    from boute.quality.judges import verifier_files
-    from boute.serving.bundle import open_plan, write_plan
+    from boute.serving.bundle import open_plan
     from boute.tracking import open_store
 
-    req.check()
     t0 = time.perf_counter()
-    searching, confirming = EVALUATORS.get(req.evaluator), EVALUATORS.get(req.confirm_with, "--confirm-with")
     sc = req.load_scenario()
     store = open_store(req.db)
-    ev: Any = None
     try:
         # the live evaluator owns a gateway and replica processes: closed on every exit, Ctrl-C included
-        ev = make_evaluator(req.evaluator, sc, req.mode, req.seed, redis_url=req.redis_url)
-        # the plan routes with the scenario's learned router (a live search measures quality instead)
-        quality_model = ev.quality_model or quality_model_for(sc)
-        # the fast path as the prior a simulator (or live) search corrects: cheap, and right in shape
-        fast = (
-            make_evaluator("fast", sc, req.mode, req.seed, quality_model=ev.quality_model)
-            if searching.fidelity > 0 and ev.quality_model is not None
-            else None
-        )
-        res = session.optimize(
-            sc,
-            strategy=req.strategy,
-            evaluator=ev,
-            max_evals=req.max_evals,
-            seed=req.seed,
-            mode=req.mode,
-            patience=req.patience or None,
-            store=store,
-            experiment=req.experiment,
-            on_trial=on_trial,
-            objective=req.objective,
-            prefer=req.prefer,
-            screen=req.screen,
-            prior=fast,
-            batch=req.batch,
-            workers=req.workers,  # None: one per core (EvaluatorPool), or per CPU of the Ray cluster
-            ray_address=req.ray_address,
-            time_budget_s=req.time_budget_s,
-            clock=clock,
-        )
-        searcher = ev
-        ev.close()  # replicas of a live search are not needed to confirm or write the plan
-        if on_searched is not None:
-            on_searched(res)
-        if res.chosen is None:
+        with ExitStack() as evaluators:
+            res, searcher = _search(req, sc, store, evaluators, on_trial, clock or SearchClock())
+            if on_searched is not None:
+                on_searched(res)
+            if res.chosen is None:
+                _plot(res, req.plot)
+                raise InfeasibleError(res.infeasible_message())
+            res = _confirm(req, sc, store, res, searcher, evaluators)
             _plot(res, req.plot)
-            raise InfeasibleError(res.infeasible_message())
-        if req.confirm and confirming.fidelity > searching.fidelity:  # confirmations only move up
-            checker = make_evaluator(
-                req.confirm_with, sc, req.mode, req.seed, quality_model=ev.quality_model, redis_url=req.redis_url
-            )
-            ev = checker  # closed by the finally below, whatever happens while confirming
-            # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
-            prior = searcher if searching.fidelity == 0 else None
-            with res.clock.timing("confirm"):
-                confirmation.confirm(res, checker, store=store, max_evals=req.max_confirm, seed=req.seed, prior=prior)
-            checker.close()
-        elif req.confirm and res.chosen.result is not None:  # the search's evaluator is already as faithful
-            res.confirmed[res.chosen.index] = res.chosen.result
-        _plot(res, req.plot)
-        final = res.final
-        if final is None:  # the confirming evaluator rejected every plan it checked: write nothing
-            raise UnconfirmedError(res.unconfirmed_message())
-        # a pre-routed plan routes with the learned router; a cascade is judged by the judge its thresholds
-        # were cut on: the verifier, or the LLM judge whose scores the profile recorded
-        router = router_of(quality_model) if req.mode == "preroute" else None
-        verifier = verifier_of(quality_model) if req.mode == "cascade" else None
-        judge_model = llm_judge_of(quality_model) if req.mode == "cascade" else None
-        plan = session.build_plan(sc, res, req.mode, router, verifier, judge_model, scorer_of(quality_model))
-        if plan.routing.mode == "cascade" and plan.routing.judge is None:
-            raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
-        # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)
-        path = write_plan(
-            plan,
-            req.out,
-            sc,
-            router_files_of(quality_model) if router else (),
-            verifier_files=verifier_files(verifier) if verifier else (),
-        )
-        assert res.experiment_id is not None  # a search with a store always records its experiment
-        store.add_plan(
-            res.experiment_id,
-            final.index,
-            plan.model_dump(mode="json"),
-            final.result.to_dict() if final.result else None,
-            res.confirmed[final.index].to_dict() if final.index in res.confirmed else None,
-            str(req.out),
-        )
+            # the plan routes with the search's quality model (a live search measures quality instead: the
+            # scenario's learned router)
+            path = _write(req, sc, res, searcher.quality_model or quality_model_for(sc), store)
     finally:
-        if ev is not None:
-            ev.close()
         store.close()
     return PlanRun(open_plan(path), path, summarise(res), time.perf_counter() - t0)
+
+
+def _search(
+    req: PlanRequest,
+    sc: Scenario,
+    store: TrialStore,
+    evaluators: ExitStack,
+    on_trial: Callable[[Trial, list[Trial]], None] | None,
+    clock: SearchClock,
+) -> tuple[Outcome, Evaluator]:
+    """The search (:func:`boute.optimize.session.optimize`) with the request's evaluator (returned, closed),
+    and the fast path as the prior a simulator (or live) search corrects: cheap, and right in shape."""
+    from boute.optimize import session
+    from boute.optimize.evaluators.factory import make_evaluator
+
+    s = req.search
+    ev = make_evaluator(s.evaluator, sc, s.mode, s.seed, redis_url=req.redis_url)
+    evaluators.callback(ev.close)
+    fast = (
+        make_evaluator("fast", sc, s.mode, s.seed, quality_model=ev.quality_model)
+        if EVALUATORS.get(s.evaluator).fidelity > 0 and ev.quality_model is not None
+        else None
+    )
+    runtime = session.SearchRuntime(evaluator=ev, prior=fast, store=store, on_trial=on_trial, clock=clock)
+    res = session.optimize(sc, s, runtime)
+    ev.close()  # replicas of a live search are not needed to confirm or write the plan
+    return res, ev
+
+
+def _confirm(
+    req: PlanRequest, sc: Scenario, store: TrialStore, res: Outcome, searcher: Evaluator, evaluators: ExitStack
+) -> Outcome:
+    """The outcome confirmed by ``--confirm-with`` when it is more faithful than the search's evaluator
+    (confirmations only move up), by the search itself when that is already as faithful; a plan is final
+    only when its confirmation accepts it (UnconfirmedError otherwise)."""
+    from boute.optimize import confirm as confirmation
+    from boute.optimize.evaluators.factory import make_evaluator
+
+    s = req.search
+    searching, confirming = EVALUATORS.get(s.evaluator), EVALUATORS.get(s.confirm_with, "--confirm-with")
+    if s.confirm and confirming.fidelity > searching.fidelity:
+        checker = make_evaluator(
+            s.confirm_with, sc, s.mode, s.seed, quality_model=searcher.quality_model, redis_url=req.redis_url
+        )
+        evaluators.callback(checker.close)
+        # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
+        prior = searcher if searching.fidelity == 0 else None
+        with res.clock.timing("confirm"):
+            res = confirmation.confirm(res, checker, store=store, max_evals=s.max_confirm, seed=s.seed, prior=prior)
+        checker.close()
+    elif s.confirm:
+        res = res.confirmed_by_search()
+    return res
+
+
+def _write(req: PlanRequest, sc: Scenario, res: Outcome, quality_model: QualityModel, store: TrialStore) -> Path:
+    """Build the final plan, write it with its bundle (atomically) and record it; nothing is written when the
+    confirming evaluator rejected every plan it checked."""
+    from boute.optimize.evaluators.base import llm_judge_of, router_files_of, router_of, scorer_of, verifier_of
+    from boute.optimize.final_plan import build_plan
+    from boute.quality.judges import verifier_files
+    from boute.serving.bundle import write_plan
+
+    final = res.final
+    if final is None:
+        raise UnconfirmedError(res.unconfirmed_message())
+    mode = req.search.mode
+    # a pre-routed plan routes with the learned router; a cascade is judged by the judge its thresholds
+    # were cut on: the verifier, or the LLM judge whose scores the profile recorded
+    router = router_of(quality_model) if mode == "preroute" else None
+    verifier = verifier_of(quality_model) if mode == "cascade" else None
+    judge_model = llm_judge_of(quality_model) if mode == "cascade" else None
+    plan = build_plan(sc, res, mode, router, verifier, judge_model, scorer_of(quality_model))
+    if plan.routing.mode == "cascade" and plan.routing.judge is None:
+        raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
+    # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)
+    path = write_plan(
+        plan,
+        req.out,
+        sc,
+        router_files_of(quality_model) if router else (),
+        verifier_files=verifier_files(verifier) if verifier else (),
+    )
+    assert res.experiment_id is not None  # a search with a store always records its experiment
+    store.add_plan(
+        res.experiment_id,
+        final.index,
+        plan.model_dump(mode="json"),
+        final.result.to_dict() if final.result else None,
+        res.confirmed[final.index].to_dict() if final.index in res.confirmed else None,
+        str(req.out),
+    )
+    return path
 
 
 def prepare_search_process() -> None:

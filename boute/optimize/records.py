@@ -12,7 +12,9 @@ from typing import Any
 
 from boute.optimize.evaluators.base import EvalResult
 from boute.optimize.space import Candidate
-from boute.optimize.trials import SCREENED, Trial
+from boute.optimize.status import TrialStatus
+from boute.optimize.trial_store import StoredTrial
+from boute.optimize.trials import Trial
 from boute.specs import ReplicaGroup
 
 
@@ -20,8 +22,8 @@ def trial_row(t: Trial) -> dict[str, Any]:
     c = t.candidate
     return {
         "index": t.index,
-        "status": t.status,
-        "evaluator": t.result.evaluator if t.result else ("screen" if t.status == SCREENED else ""),
+        "status": TrialStatus(t.status).value,
+        "evaluator": t.result.evaluator if t.result else ("screen" if t.status == TrialStatus.SCREENED else ""),
         "params": {
             "x": list(t.x),
             "z": list(t.z),
@@ -35,13 +37,13 @@ def trial_row(t: Trial) -> dict[str, Any]:
     }
 
 
-def trial_from_row(row: Any) -> Trial:
+def trial_from_row(row: StoredTrial) -> Trial:
     p = row.params
     cand = Candidate(
         tuple(p["fractions"]), tuple(ReplicaGroup(**g) for g in p["deployment"]), float(p["cost_per_hour"])
     )
     res = EvalResult.from_dict(row.metrics) if row.metrics else None
-    return Trial(row.index, tuple(p["x"]), tuple(p["z"]), cand, res, status=row.status, error=row.error)
+    return Trial(row.index, tuple(p["x"]), tuple(p["z"]), cand, res, status=TrialStatus(row.status), error=row.error)
 
 
 def front_point(t: Trial) -> dict[str, Any]:

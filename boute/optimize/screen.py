@@ -43,7 +43,7 @@ PREFILL_TOKENS = 16384
 PROJECT_STEPS = 20
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScreenCounts:
     """What one screen did: candidates seen, routing moved onto the floor, and removed by each screen."""
 
@@ -52,8 +52,30 @@ class ScreenCounts:
     quality: int = 0  # removed: still below the floor after decoding
     capacity: int = 0  # removed: some tier's offered load exceeds its replicas' saturated-throughput bound
 
+    def after(self, moved: bool, removed: str | None) -> ScreenCounts:
+        """These counts with one more candidate: ``moved`` onto the floor, ``removed`` by that screen
+        (``quality`` or ``capacity``) or admitted (None)."""
+        return ScreenCounts(
+            self.seen + 1,
+            self.projected + int(moved),
+            self.quality + int(removed == "quality"),
+            self.capacity + int(removed == "capacity"),
+        )
+
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class ScreenReport:
+    """The counts of a search's screens: of the strategy's proposals and of MOBO's acquisition pool. Recorded
+    with the experiment (``screen_counts``) as :meth:`to_json`'s ``{"search": {...}, "pool": {...}}``."""
+
+    search: ScreenCounts
+    pool: ScreenCounts
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {"search": self.search.as_dict(), "pool": self.pool.as_dict()}
 
 
 def replica_bound_rps(perf: ReplicaPerf, mean_in: float, mean_out: float) -> float:
@@ -211,22 +233,27 @@ class Screen:
         return None
 
     # ---- both ---------------------------------------------------------------------------------------
-    def admit(self, x: np.ndarray, counts: ScreenCounts | None = None) -> tuple[np.ndarray, Candidate, str | None]:
-        """Project ``x``, decode it and screen the plan: ``(x projected, candidate, why removed or None)``."""
-        c = self.search if counts is None else counts
-        c.seen += 1
+    def admit(self, x: np.ndarray, pool: bool = False) -> tuple[np.ndarray, Candidate, str | None]:
+        """Project ``x``, decode it and screen the plan: ``(x projected, candidate, why removed or None)``,
+        counted in :attr:`search` (a proposal) or :attr:`pool` (``pool``: an acquisition candidate)."""
         xp, moved = self.project(x)
-        c.projected += int(moved)
         cand = self.space.decode(xp)
+        removed, why = self._removed(cand)
+        if pool:
+            self.pool = self.pool.after(moved, removed)
+        else:
+            self.search = self.search.after(moved, removed)
+        return xp, cand, why
+
+    def _removed(self, cand: Candidate) -> tuple[str | None, str | None]:
+        """Which screen removes ``cand`` (``quality``, ``capacity``) and why, or ``(None, None)``."""
         if self.quality_model is not None and not meets_floor(self.quality(cand.fractions), self.floor):
-            c.quality += 1
-            return xp, cand, f"quality: {self.quality(cand.fractions):.4f} < floor {self.floor:g} after routing repair"
+            return "quality", f"quality: {self.quality(cand.fractions):.4f} < floor {self.floor:g} after routing repair"
         if self.capacity:
             why = self.overload(cand)
             if why is not None:
-                c.capacity += 1
-                return xp, cand, why
-        return xp, cand, None
+                return "capacity", why
+        return None, None
 
-    def summary(self) -> dict[str, dict[str, int]]:
-        return {"search": self.search.as_dict(), "pool": self.pool.as_dict()}
+    def summary(self) -> ScreenReport:
+        return ScreenReport(self.search, self.pool)

@@ -4,7 +4,7 @@ The chosen plan follows the objective (:mod:`boute.optimize.objectives`): among 
 the quality floor, the P95 cap and the budget, the lowest P95 (``latency``, the default: ties go to higher
 quality, then lower cost), the lowest $/h (``cost``), or the ``--prefer`` pick of the 3-D front
 (``pareto``). When none meets them, the closest one is reported (smallest relative violation) and the
-caller says so. Trials the screens removed (status ``screened``, :mod:`boute.optimize.screen`) were never
+caller says so. Trials the screens removed (:attr:`TrialStatus.SCREENED`, :mod:`boute.optimize.screen`) were never
 evaluated and count for nothing here.
 """
 
@@ -17,12 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from boute.optimize.evaluators.base import EvalResult
-from boute.optimize.objectives import Objective, nondominated
+from boute.optimize.objectives import Objective, dominates, nondominated
 from boute.optimize.space import Candidate
+from boute.optimize.status import TrialStatus
 from boute.specs.targets import Targets
-
-#: the status of a trial the screens removed before any evaluation
-SCREENED = "screened"
 
 
 @dataclass(frozen=True)
@@ -32,17 +30,17 @@ class Trial:
     z: tuple[float, ...]  # canonical encoding of the decoded candidate (what the GP trains on)
     candidate: Candidate
     result: EvalResult | None  # None when the evaluation failed
-    status: str = "complete"
+    status: TrialStatus = TrialStatus.COMPLETE
     error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status == "complete" and self.result is not None
+        return self.status == TrialStatus.COMPLETE and self.result is not None
 
     @property
     def evaluated(self) -> bool:
         """Whether this trial cost an evaluation (screened ones did not; failed ones did)."""
-        return self.status != SCREENED
+        return self.status != TrialStatus.SCREENED
 
     @property
     def checked_result(self) -> EvalResult:
@@ -183,8 +181,8 @@ class ChoiceTracker:
             y = np.array([-r.quality, r.p95_latency_s, r.cost_per_hour])
             _, fq, fp, fc = figures(self.front)
             ys = np.stack([-fq, fp, fc], axis=1)  # (0, 3) while the front is empty: nothing dominates
-            if not np.any(np.all(ys <= y, axis=1) & np.any(ys < y, axis=1)):
-                keep = ~(np.all(y <= ys, axis=1) & np.any(y < ys, axis=1))
+            if not np.any(dominates(ys, y)):
+                keep = ~dominates(y, ys)
                 self.front = [u for u, k in zip(self.front, keep, strict=True) if k] + [t]
         if not self.front:
             self.keys.append(None)

@@ -161,7 +161,8 @@ class Autopilot:
         running one (:func:`boute.replan.decide.decide`) and roll it out, propose it (dry run) or keep the
         running one. Every outcome is recorded and returned."""
         from boute.optimize.evaluators import FastEvaluator
-        from boute.optimize.objectives import make_objective
+        from boute.optimize.objectives import Objective
+        from boute.optimize.settings import SearchSettings
         from boute.optimize.space import Candidate
         from boute.replan.warm import seed_experiment, warm_trials
         from boute.sim import plan_cost
@@ -183,7 +184,7 @@ class Autopilot:
         obs = load_scenario(obs_file)
         # the running plan's own terms: its routing mode and the objective that chose it
         mode = self.plan.routing.mode
-        objective = make_objective(*(self.plan.objective or "latency").split(":", 1))
+        objective = Objective.from_label(self.plan.objective)
         fast = FastEvaluator(obs, mode=mode)
         # the running plan as it stands (lost replicas gone), under the observed workload: the gain's baseline
         standing = healthy_deployment(self.plan, w)
@@ -196,22 +197,20 @@ class Autopilot:
         name = f"replan-{obs.name}-{stamp}-{n}"
         try:
             warm = warm_trials(store, self.warm_from, obs, fast, first=[old] if standing else [])
-            seed_experiment(store, name, obs, warm, mode=mode, objective=objective)
+            search = SearchSettings(
+                experiment=name,
+                max_evals=len(warm) + self.max_evals,
+                mode=mode,
+                objective=objective.name,
+                prefer=objective.prefer_option,
+                # a re-plan answers a trigger: the fast path searches on from the warm trials it scored (one
+                # evaluator per experiment), and the simulator confirms before anything is proposed or rolled out
+                evaluator="fast",
+            )
+            seed_experiment(store, obs, warm, search)
         finally:
             store.close()
-        req = PlanRequest(
-            out=self.dir / f"replan-{n}" / "plan.json",
-            scenario=str(obs_file),
-            experiment=name,
-            db=self.db,
-            max_evals=len(warm) + self.max_evals,
-            mode=mode,
-            objective=objective.name,
-            prefer=objective.prefer if objective.name == "pareto" else None,
-            # a re-plan answers a trigger: the fast path searches on from the warm trials it scored (one
-            # evaluator per experiment), and the simulator confirms before anything is proposed or rolled out
-            evaluator="fast",
-        )
+        req = PlanRequest(out=self.dir / f"replan-{n}" / "plan.json", scenario=str(obs_file), db=self.db, search=search)
         record: dict[str, Any] = {
             "deployment": str(self.dir),
             "triggers": [{"kind": t.kind, "at": t.at, "evidence": json_safe(t.evidence)} for t in fired],

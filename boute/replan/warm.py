@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from boute.optimize.evaluators import Evaluator
-from boute.optimize.objectives import Objective
+from boute.optimize.experiment import settings_of
 from boute.optimize.records import trial_from_row, trial_row
-from boute.optimize.session import settings_of
+from boute.optimize.settings import SearchSettings
 from boute.optimize.space import Candidate, Space
+from boute.optimize.status import ExperimentStatus, TrialStatus
+from boute.optimize.trial_store import StoredTrial, TrialStore
 from boute.optimize.trials import Trial
 from boute.specs import Scenario
 
+#: the trials whose plans a warm start re-scores: the search's evaluated ones and the confirmed re-checks
+_RESCORED = frozenset({TrialStatus.COMPLETE, TrialStatus.CONFIRMED})
 
-def _rank(row: Any) -> tuple[int, float]:
+
+def _rank(row: StoredTrial) -> tuple[int, float]:
     """Plans that met the targets first, then by P95: the most promising are re-scored first."""
     m = row.metrics or {}
     p95 = float(m.get("p95_latency_s", math.inf))
@@ -31,7 +35,7 @@ def _rank(row: Any) -> tuple[int, float]:
 
 
 def warm_trials(
-    store: Any,
+    store: TrialStore,
     experiments: list[str],
     scenario: Scenario,
     evaluator: Evaluator,
@@ -41,11 +45,11 @@ def warm_trials(
     """Up to ``limit`` distinct plans, re-scored under ``scenario``: ``first`` (the running plan: a re-plan
     must be able to keep it), then the complete trials of ``experiments``, most promising first."""
     space = Space.build(scenario)
-    rows = []
+    rows: list[StoredTrial] = []
     for name in experiments:
         exp = store.experiment(name)
         if exp is not None:
-            rows += [r for r in store.trial_rows(exp.id) if r.status in ("complete", "confirmed") and r.metrics]
+            rows += [r for r in store.trial_rows(exp.id) if r.status in _RESCORED and r.metrics]
     out: list[Trial] = []
     seen: set[str] = set()
     candidates = [*first, *(trial_from_row(r).candidate for r in sorted(rows, key=_rank))]
@@ -65,31 +69,23 @@ def warm_trials(
     return out
 
 
-def seed_experiment(
-    store: Any,
-    name: str,
-    scenario: Scenario,
-    trials: list[Trial],
-    *,
-    strategy: str = "mobo",
-    evaluator: str = "fast",
-    seed: int = 0,
-    mode: str = "preroute",
-    objective: Objective | None = None,
-) -> None:
-    """Create experiment ``name`` holding ``trials``, so ``boute optimize --experiment name`` resumes from them
-    (its settings are the ones that run computes for ``scenario``, ``mode`` and ``objective``)."""
+def seed_experiment(store: TrialStore, scenario: Scenario, trials: list[Trial], settings: SearchSettings) -> None:
+    """Create experiment ``settings.experiment`` holding ``trials``, so the search with ``settings`` (a
+    :class:`~boute.optimize.plan_run.PlanRequest` holding them, ``boute optimize --experiment NAME``)
+    resumes from them: it is recorded as that search records itself."""
+    if settings.experiment is None:
+        raise ValueError("seed_experiment: the settings name no experiment")
     exp, resumed = store.open_experiment(
-        name,
+        settings.experiment,
         scenario=scenario.name,
-        strategy=strategy,
-        evaluator=evaluator,
-        seed=seed,
-        settings=settings_of(scenario, mode, None, objective),
+        strategy=settings.strategy,
+        evaluator=settings.evaluator,
+        seed=settings.seed,
+        settings=settings_of(scenario, settings),
     )
     if resumed:
         return
     # recorded first: a search resuming these trials waits for one evaluation of its own (optimize's rule)
-    store.set_status(exp.id, "running", warm_start=sum(t.evaluated for t in trials))
+    store.set_status(exp.id, ExperimentStatus.RUNNING, warm_start=sum(t.evaluated for t in trials))
     for t in trials:
         store.add_trial(exp.id, trial_row(t))

@@ -176,7 +176,7 @@ def build_pool(
         if screen is None:
             cand = space.decode(x)
         else:
-            _, cand, why = screen.admit(x, screen.pool)
+            _, cand, why = screen.admit(x, pool=True)
             if why is not None:
                 removed.add(cand.key())
                 continue

@@ -21,7 +21,7 @@ from typing import Any
 
 from boute.errors import BouteError, WorkerError
 from boute.optimize.evaluators.base import EvalResult, Evaluator
-from boute.optimize.registry import make_evaluator
+from boute.optimize.evaluators.factory import make_evaluator
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 

@@ -6,7 +6,7 @@
 * :mod:`.design`: the Sobol initial design the model-based ones start from.
 * :mod:`.fixed`: the paper's fixed comparison plans (not searches).
 
-Strategies are built by name through :func:`boute.optimize.registry.make_strategy`; the registry imports
+Strategies are built by name through :func:`.factory.make_strategy`; the registry imports
 each on first use, so this package's modules are not imported here.
 """
 
