@@ -39,6 +39,7 @@ class SyntheticEvaluator:
     name = "synthetic"
     fidelity = 0
     mode = "preroute"
+    workload = None  # it judges no request stream: its latency is a formula of the plan
 
     def __init__(
         self,

@@ -35,9 +35,7 @@ def _copy_sources(dest: Path) -> None:
 
 def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}  # the copy's packages, not the installed project's
-    return subprocess.run(
-        [str(LINT), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run([str(LINT), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _plant(tree: Path, module: str, line: str) -> None:

@@ -68,7 +68,11 @@ class LiveEvaluator:
         seed: int = 0,
         workdir: Path | None = None,
         quality_model: Any = None,
+        workload: Any = None,
     ) -> None:
+        """``quality_model`` and ``workload`` (a search's, handed to every evaluator it makes) are not used:
+        a live evaluation routes by the scenario's learned router and replays its own sample of the
+        scenario's stream, ``duration_s`` long and at most ``max_requests`` requests."""
         from boute.quality import quality_model_for
         from boute.quality.profiles import load_profile
         from boute.workload import Workload, replay_workload

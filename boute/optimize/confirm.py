@@ -50,6 +50,7 @@ from boute.optimize.trial_store import TrialStore
 from boute.optimize.trials import Trial, feasible_mask, figures
 from boute.quality.policy_quality import QualityModel
 from boute.specs.targets import Targets
+from boute.workload import Workload
 
 #: confirming evaluations of the continued search with an unchanged answer before it stops
 CONFIRM_PATIENCE = 4
@@ -200,6 +201,7 @@ class _Guarded:
         self.fidelity: int = evaluator.fidelity
         self.mode: str = evaluator.mode
         self.quality_model: QualityModel | None = evaluator.quality_model
+        self.workload: Workload | None = evaluator.workload
 
     def __call__(self, cand: Candidate) -> EvalResult:
         try:
@@ -242,7 +244,7 @@ def _continue_search(
     if prior is not None and evaluator.quality_model is not None:  # (the GP-quality fallback takes no prior)
         opts["prior"] = lambda cand: prior(cand).p95_latency_s
     strat = make_strategy("mobo", space, seed, n_init=0, objective=out.objective, **opts)
-    screen = Screen.build(space, evaluator.quality_model, evaluator.mode)
+    screen = Screen.build(space, evaluator.quality_model, evaluator.mode, evaluator.workload)
 
     def on_trial(t: Trial) -> None:
         status = t.status if t.status != TrialStatus.COMPLETE else TrialStatus.CONFIRM_SEARCH

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from boute.optimize.screen import ScreenReport
     from boute.optimize.trial_store import TrialStore
     from boute.optimize.trials import Trial
-    from boute.quality.policy_quality import QualityModel
     from boute.specs import Plan, Scenario
 
 
@@ -180,7 +179,6 @@ def make_plan(
     for a caller that shows it live (the summary has it anyway). Raises InfeasibleError, UnconfirmedError
     or BouteError; a plan is written only once it is confirmed."""
     from boute.optimize.clock import SearchClock
-    from boute.quality import quality_model_for
     from boute.serving.bundle import open_plan
     from boute.tracking import open_store
 
@@ -198,9 +196,7 @@ def make_plan(
                 raise InfeasibleError(res.infeasible_message())
             res = _confirm(req, sc, store, res, searcher, evaluators)
             _plot(res, req.plot)
-            # the plan routes with the search's quality model (a live search measures quality instead: the
-            # scenario's learned router)
-            path = _write(req, sc, res, searcher.quality_model or quality_model_for(sc), store)
+            path = _write(req, sc, res, searcher, store)
     finally:
         store.close()
     return PlanRun(open_plan(path), path, summarise(res), time.perf_counter() - t0)
@@ -223,7 +219,7 @@ def _search(
     ev = make_evaluator(s.evaluator, sc, s.mode, s.seed, redis_url=req.redis_url)
     evaluators.callback(ev.close)
     fast = (
-        make_evaluator("fast", sc, s.mode, s.seed, quality_model=ev.quality_model)
+        make_evaluator("fast", sc, s.mode, s.seed, quality_model=ev.quality_model, workload=ev.workload)
         if EVALUATORS.get(s.evaluator).fidelity > 0 and ev.quality_model is not None
         else None
     )
@@ -245,8 +241,15 @@ def _confirm(
     s = req.search
     searching, confirming = EVALUATORS.get(s.evaluator), EVALUATORS.get(s.confirm_with, "--confirm-with")
     if s.confirm and confirming.fidelity > searching.fidelity:
+        # the search's stream, where the confirming evaluator judges on one (the live one samples its own)
         checker = make_evaluator(
-            s.confirm_with, sc, s.mode, s.seed, quality_model=searcher.quality_model, redis_url=req.redis_url
+            s.confirm_with,
+            sc,
+            s.mode,
+            s.seed,
+            quality_model=searcher.quality_model,
+            workload=searcher.workload,
+            redis_url=req.redis_url,
         )
         evaluators.callback(checker.close)
         # a cheap search evaluator (the fast path) is the prior whose error a continued search learns
@@ -259,17 +262,21 @@ def _confirm(
     return res
 
 
-def _write(req: PlanRequest, sc: Scenario, res: Outcome, quality_model: QualityModel, store: TrialStore) -> Path:
+def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator, store: TrialStore) -> Path:
     """Build the final plan, write it with its bundle (atomically) and record it; nothing is written when the
-    confirming evaluator rejected every plan it checked."""
+    confirming evaluator rejected every plan it checked. The plan routes with the search's quality model (a
+    live search measures quality instead: the scenario's learned router), and its replicas are balanced by
+    their capacities under the stream the search judged it on (``searcher.workload``)."""
     from boute.optimize.evaluators.base import llm_judge_of, router_files_of, router_of, scorer_of, verifier_of
     from boute.optimize.final_plan import build_plan
+    from boute.quality import quality_model_for
     from boute.quality.judges import verifier_files
     from boute.serving.bundle import write_plan
 
     final = res.final
     if final is None:
         raise UnconfirmedError(res.unconfirmed_message())
+    quality_model = searcher.quality_model or quality_model_for(sc)
     mode = req.search.mode
     # a pre-routed plan routes with the learned router; a cascade is judged by the judge its thresholds
     # were cut on: the verifier, or the LLM judge whose scores the profile recorded
@@ -286,6 +293,7 @@ def _write(req: PlanRequest, sc: Scenario, res: Outcome, quality_model: QualityM
         sc,
         router_files_of(quality_model) if router else (),
         verifier_files=verifier_files(verifier) if verifier else (),
+        workload=searcher.workload,
     )
     assert res.experiment_id is not None  # a search with a store always records its experiment
     store.add_plan(

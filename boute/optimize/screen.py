@@ -35,6 +35,7 @@ from boute.specs.targets import meets_floor
 
 if TYPE_CHECKING:
     from boute.perf.model import ReplicaPerf
+    from boute.workload import Workload
 
 #: tokens in one large prefill pass used for the best-case per-token prefill cost (a big chunk amortises
 #: the per-step overhead, which is what makes the bound optimistic)
@@ -123,11 +124,15 @@ class Screen:
     _proj: dict[bytes, tuple[np.ndarray, bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, space: Space, quality_model: QualityModel | None, mode: str = "preroute") -> Screen:
-        """A screen for ``space`` with the scenario's workload moments (rate, mean lengths)."""
+    def build(
+        cls, space: Space, quality_model: QualityModel | None, mode: str = "preroute", workload: Workload | None = None
+    ) -> Screen:
+        """A screen for ``space`` with the moments (rate, mean lengths) of ``workload``: the search's own
+        stream (``Evaluator.workload``), so the bound is computed on the requests the evaluator judges;
+        None: the scenario's whole workload."""
         from boute.workload import build_workload, tier_workload_stats, workload_stats
 
-        w = build_workload(space.scenario)
+        w = workload if workload is not None else build_workload(space.scenario)
         st = workload_stats(w)
         per_tier = tuple(t.mean_output for t in tier_workload_stats(w, None, len(space.scenario.tiers)))
         return cls(space, quality_model, mode, st.rate_rps, st.mean_input, st.mean_output, per_tier)

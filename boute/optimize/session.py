@@ -148,7 +148,7 @@ def _set_up(scenario: Scenario, settings: SearchSettings, rt: SearchRuntime) -> 
         fast = prior
         options["prior"] = lambda cand: fast(cand).p95_latency_s
     strat = make_strategy(strategy, space, settings.seed, **options)
-    scr = Screen.build(space, ev.quality_model, ev.mode) if settings.screen else None
+    scr = Screen.build(space, ev.quality_model, ev.mode, ev.workload) if settings.screen else None
     return _Parts(space, ev, strategy, strat, scr, obj)
 
 

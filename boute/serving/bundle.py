@@ -20,13 +20,16 @@ import hashlib
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boute.catalog import Catalog
 from boute.errors import SpecError
 from boute.specs.io import read_mapping, sha256_file, validate, write_atomic
 from boute.specs.plan import Artifact, Plan, check_plan_hardware, save_plan
 from boute.specs.scenario import Scenario, scenario_from_mapping
+
+if TYPE_CHECKING:
+    from boute.workload import Workload
 
 BUNDLE_SUFFIX = ".bundle"
 
@@ -75,17 +78,20 @@ def write_plan(
     router_files: Sequence[Path] = (),
     *,
     verifier_files: Sequence[Path] = (),
+    workload: Workload | None = None,
 ) -> Path:
     """Write ``plan`` self-contained (see module doc); ``router_files`` are the plan's trained router's files
     (the ladder's or, scorer ``multi``, the multi router's), the weights file first (what ``routing.router``
     names; the scenario's ``quality.router`` too when it is of the kind a scenario names there);
-    ``verifier_files`` the cascade verifier's, likewise (what ``routing.verifier`` names)."""
+    ``verifier_files`` the cascade verifier's, likewise (what ``routing.verifier`` names); ``workload`` the
+    stream the plan was judged on, whose request lengths its balance weights are computed under (None: the
+    scenario's whole workload)."""
     from boute.quality.router_kinds import router_kind  # loaded by a plan's writer, not by every plan reader
 
     path = Path(out)
     pack = _Packer(path)
     spec: dict[str, Any] = scenario.model_dump(mode="json", exclude_none=True)
-    quality, workload = dict(spec.get("quality", {})), dict(spec.get("workload", {}))
+    quality, workload_spec = dict(spec.get("quality", {})), dict(spec.get("workload", {}))
     routing = plan.routing.model_dump(exclude_none=True)
 
     if _local(scenario.quality.profile):
@@ -102,13 +108,13 @@ def write_plan(
         (routing["verifier"], *_) = pack.add("verifier", [Path(f) for f in verifier_files])
     if routing.get("scorer") is not None:
         routing["reference"] = quality.get("profile", scenario.quality.profile)
-    arrivals = dict(workload.get("arrivals", {}))
+    arrivals = dict(workload_spec.get("arrivals", {}))
     if arrivals.get("kind", "trace") == "trace" and _local(scenario.workload.arrivals.trace):
         (arrivals["trace"],) = pack.add("trace", [scenario.resolve_path(scenario.workload.arrivals.trace)])
-        workload["arrivals"] = arrivals
+        workload_spec["arrivals"] = arrivals
     if _local(scenario.calibration):
         (spec["calibration"],) = pack.add("calibration", [scenario.resolve_path(str(scenario.calibration))])
-    spec["quality"], spec["workload"] = quality, workload
+    spec["quality"], spec["workload"] = quality, workload_spec
 
     from boute.sim.weights import plan_balance
 
@@ -118,8 +124,9 @@ def write_plan(
             "scenario": scenario.reference,
             "scenario_spec": spec,
             "artifacts": [Artifact(path=p, sha256=h) for p, h in sorted(pack.artifacts.items())],
-            # the simulator's replica weights under this scenario's workload: the gateway balances by them
-            "balance": plan_balance(plan.deployment, scenario),
+            # the simulator's replica weights under the stream the plan was judged on (``workload``: the
+            # search's; None: the scenario's whole workload): the gateway balances by them
+            "balance": plan_balance(plan.deployment, scenario, workload),
         }
     )
     return save_plan(full, path)

@@ -25,6 +25,7 @@ from boute.optimize.space import Candidate
 from boute.quality.policy_quality import PolicyResult, QualityModel
 from boute.specs import Plan, Routing, Scenario
 from boute.specs.scorers import SCORER_RULES
+from boute.workload import Workload
 
 #: latency reported for an overloaded (unstable) plan: far above any cap, finite so the GP can model it
 OVERLOAD_P95_S = 3600.0
@@ -162,7 +163,11 @@ class Evaluator(Protocol):
     ``fidelity`` ranks evaluators by faithfulness (fast 0 < sim 1 < live 2): a confirmation only ever
     moves up. ``quality_model`` is the exact quality model the evaluator scores routing with, or None when
     quality is measured (sampled); the MOBO strategy uses it as an exact objective instead of a GP.
-    ``mode`` is the routing mode it evaluates (``preroute`` or ``cascade``). ``close`` releases what the
+    ``mode`` is the routing mode it evaluates (``preroute`` or ``cascade``). ``workload`` is the request
+    stream it judges every plan on: built once per search (the exact evaluators: the scenario's arrivals
+    carrying the quality model's held-out prompts, :func:`boute.workload.replay_workload`) and handed to
+    whatever else must see the same stream (the screen, a prior, a confirming evaluator, the plan's balance
+    weights); the live evaluator's is the sample it replays. ``close`` releases what the
     evaluator runs (processes, fleets); it is idempotent. The attributes are read-only here (properties), so
     an evaluator may narrow them, e.g. an exact ``quality_model`` that is never None.
     """
@@ -178,6 +183,9 @@ class Evaluator(Protocol):
 
     @property
     def quality_model(self) -> QualityModel | None: ...
+
+    @property
+    def workload(self) -> Workload | None: ...
 
     def __call__(self, cand: Candidate) -> EvalResult: ...
 

@@ -25,6 +25,7 @@ from boute.optimize.evaluators.base import (
 from boute.optimize.space import Candidate
 from boute.quality.policy_quality import QualityModel
 from boute.specs import Scenario
+from boute.workload import Workload
 
 
 class FastEvaluator:
@@ -39,15 +40,18 @@ class FastEvaluator:
         mode: str = "preroute",
         quality_model: QualityModel | None = None,
         seed: int = 0,
+        workload: Workload | None = None,
         **_other_evaluators_options: Any,
     ) -> None:
+        """``workload``: the search's stream, when it has one already (else built: the simulator's)."""
         from boute.quality import quality_model_for
         from boute.workload import replay_workload, tier_workload_stats, workload_stats
 
         self.scenario = scenario
         self.mode = mode
         self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
-        w = replay_workload(scenario, self.quality_model.test_index)  # the simulator's stream
+        w = workload if workload is not None else replay_workload(scenario, self.quality_model.test_index)
+        self.workload: Workload = w
         self.stats = workload_stats(w)
         # each tier's answers at its own length (every prompt: the split is the candidate's, not known here)
         self.tier_stats = (

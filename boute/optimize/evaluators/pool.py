@@ -1,8 +1,9 @@
 """Evaluations in parallel: a pool of worker processes, each holding its own copy of an evaluator.
 
 Why processes: the simulator and the fast path are pure Python + numpy and hold the GIL, so threads would
-not overlap them. Each worker builds its evaluator once (the registered factory with the same scenario,
-mode and seed), so a batch costs only the candidates' pickling; results come back in the order asked,
+not overlap them. Each worker builds its evaluator once from an :class:`EvaluatorSpec` (the registered factory with the
+same scenario, mode, seed and the search's own request stream, sent once), so a batch costs only the
+candidates' pickling; results come back in the order asked,
 which keeps a search's trials (and so its resumes) independent of which worker finished first. Evaluators
 that own external state (``live``: a fleet and a gateway) are not pooled: the harness evaluates them in
 turn. ``workers <= 1`` runs everything in this process.
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from boute.optimize.evaluators.base import EvalResult, Evaluator
 from boute.optimize.evaluators.factory import make_evaluator
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
+from boute.workload import Workload
 
 #: evaluators a worker process can rebuild from (name, scenario, mode, seed) alone
 POOLABLE = frozenset({"fast", "sim"})
@@ -62,7 +65,27 @@ def rebuilt(doc: dict[str, Any], source: str | None, reference: str) -> Scenario
     return scenario_from_mapping(doc, Path(source), reference)
 
 
-def _init(name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str, seed: int, parent: int) -> None:
+@dataclass(frozen=True)
+class EvaluatorSpec:
+    """What a worker rebuilds the search's evaluator from: plain, picklable values. The scenario travels as
+    :func:`portable` gives it; the workload is the search's own stream (``Evaluator.workload``), sent rather
+    than rebuilt so every worker judges plans on the very arrays the search, its screen and its plan do."""
+
+    name: str
+    scenario: tuple[dict[str, Any], str | None, str]
+    mode: str
+    seed: int
+    workload: Workload | None
+
+    @classmethod
+    def of(cls, evaluator: Evaluator, scenario: Scenario, seed: int) -> EvaluatorSpec:
+        return cls(evaluator.name, portable(scenario), evaluator.mode, seed, evaluator.workload)
+
+    def build(self) -> Evaluator:
+        return make_evaluator(self.name, rebuilt(*self.scenario), self.mode, self.seed, workload=self.workload)
+
+
+def _init(spec: EvaluatorSpec, parent: int) -> None:
     global _worker_evaluator
     _exit_with_parent(parent)
     # one core per worker: the pool is the parallelism. Said through the environment, which torch reads when
@@ -71,7 +94,7 @@ def _init(name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str
     os.environ["OMP_NUM_THREADS"] = "1"
     if "torch" in sys.modules:  # pragma: no cover - only if an import above pulled it in
         sys.modules["torch"].set_num_threads(1)
-    _worker_evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
+    _worker_evaluator = spec.build()
 
 
 def attempt(evaluator: Evaluator, cand: Candidate) -> EvalResult | BouteError:
@@ -122,7 +145,7 @@ class EvaluatorPool:
                 self.workers,
                 mp_context=ctx,
                 initializer=_init,
-                initargs=(self.evaluator.name, portable(self._scenario), self.evaluator.mode, self._seed, os.getpid()),
+                initargs=(EvaluatorSpec.of(self.evaluator, self._scenario, self._seed), os.getpid()),
             )
         return self._pool
 

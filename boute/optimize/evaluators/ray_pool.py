@@ -2,8 +2,8 @@
 
 Why: on one machine a search gets as many parallel simulations as it has cores; a user with a Ray cluster
 (the one ``boute deploy --target ray`` runs on, or any other) can spread a batch over its nodes instead.
-Each actor builds its evaluator once, as a pool process does (:func:`~boute.optimize.evaluators.pool.rebuilt`
-scenario, same name, mode and seed), so a batch costs only the candidates' transfer; results come back in
+Each actor builds its evaluator once from the pool's :class:`~boute.optimize.evaluators.pool.EvaluatorSpec`,
+as a pool process does, so a batch costs only the candidates' transfer; results come back in
 the order asked (:class:`ray.util.ActorPool`'s ordered ``map``, which hands each candidate to the next free
 actor), so the trials, and resuming, do not depend on which node finished first: a search on Ray records
 the trials a local one would. Every node needs BOute installed (the same version) to import the evaluator.
@@ -22,8 +22,7 @@ from typing import Any
 
 from boute.errors import BouteError, WorkerError
 from boute.optimize.evaluators.base import EvalResult, Evaluator
-from boute.optimize.evaluators.factory import make_evaluator
-from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, attempt, portable, rebuilt
+from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, EvaluatorSpec, attempt
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 
@@ -49,9 +48,9 @@ def check_reachable(address: str) -> None:
 class EvaluatorActor:
     """One worker: the search's evaluator, rebuilt once on its node (made a Ray actor by the pool)."""
 
-    def __init__(self, name: str, scenario: tuple[dict[str, Any], str | None, str], mode: str, seed: int) -> None:
+    def __init__(self, spec: EvaluatorSpec) -> None:
         os.environ["OMP_NUM_THREADS"] = "1"  # one core per actor, as each pool process (pool.py says why)
-        self.evaluator = make_evaluator(name, rebuilt(*scenario), mode, seed)
+        self.evaluator = spec.build()
 
     def evaluate(self, cand: Candidate) -> EvalResult | BouteError:
         return attempt(self.evaluator, cand)
@@ -90,8 +89,8 @@ class RayEvaluatorPool(EvaluatorPool):
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.workers = min(cpus, self.requested) if self.requested is not None else cpus
         actor = ray.remote(num_cpus=1)(EvaluatorActor)
-        spec = (self.evaluator.name, portable(self._scenario), self.evaluator.mode, self._seed)
-        self._handles = [actor.remote(*spec) for _ in range(self.workers)]
+        spec = EvaluatorSpec.of(self.evaluator, self._scenario, self._seed)
+        self._handles = [actor.remote(spec) for _ in range(self.workers)]
         self._actors = ActorPool(self._handles)
         return []
 

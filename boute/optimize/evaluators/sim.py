@@ -36,6 +36,7 @@ from boute.optimize.evaluators.base import (
 from boute.optimize.space import Candidate
 from boute.quality.policy_quality import QualityModel
 from boute.specs import Scenario
+from boute.workload import Workload
 
 
 class SimEvaluator:
@@ -50,9 +51,11 @@ class SimEvaluator:
         mode: str = "preroute",
         quality_model: QualityModel | None = None,
         seed: int = 0,
+        workload: Workload | None = None,
         **_other_evaluators_options: Any,
     ) -> None:
-        """``seed``: the search's, accepted as every evaluator accepts it and not used (module doc)."""
+        """``seed``: the search's, accepted as every evaluator accepts it and not used (module doc);
+        ``workload``: the search's stream, when it has one already (else built: the same one)."""
         from boute.quality import quality_model_for
         from boute.workload import replay_workload
 
@@ -60,7 +63,9 @@ class SimEvaluator:
         self.mode = mode
         self.seed = scenario.workload.seed  # the draws' seed: the scenario's (module doc)
         self.quality_model: QualityModel = quality_model or quality_model_for(scenario)
-        self.workload = replay_workload(scenario, self.quality_model.test_index)
+        self.workload: Workload = (
+            workload if workload is not None else replay_workload(scenario, self.quality_model.test_index)
+        )
         self.judge_delay_s = judge_delay_of(self.quality_model)
 
     def __call__(self, cand: Candidate) -> EvalResult:
