@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from boute.cli.options import positive
+from boute.cli.prometheus_config import PROMETHEUS_OPTION
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +27,7 @@ def register(app: typer.Typer) -> None:
         speedup: float = typer.Option(
             1.0, "--speedup", callback=positive, help="emulated backends run this much faster than real time"
         ),
+        prometheus_config: Path | None = PROMETHEUS_OPTION,
     ) -> None:
         """Start the gateway (and emulated backends); ready when /ready answers 200; Ctrl-C or SIGTERM stops all."""
         from boute.cli.stack import ServeStack
@@ -41,6 +43,10 @@ def register(app: typer.Typer) -> None:
                     n = stack.start_emulated(speedup)
                     typer.echo(f"started {n} emulated replicas (speedup {speedup:g}); registry {stack.backends}")
                 stack.start_gateway()
+                if prometheus_config is not None:
+                    from boute.cli.prometheus_config import for_serve
+
+                    typer.echo(for_serve(prometheus_config, plan, stack.url, stack.backends))
                 typer.echo(f"ready: {stack.url}/v1 (models: boute, router-<tier>); Ctrl-C stops")
                 stack.wait()
             except (RuntimeError, TimeoutError) as exc:
