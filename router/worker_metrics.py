@@ -29,7 +29,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,8 @@ def _order(key: _Key) -> tuple[Any, ...]:
     return (rest, part, float(le) if le is not None else 0.0, sname)
 
 
-def _requests(snap: Snapshot) -> float:
+def answered(snap: Snapshot) -> float:
+    """Completion requests a worker answered (any status), from its ``boute_requests`` counter."""
     return sum(
         v
         for fam in snap.families
@@ -136,7 +137,7 @@ def _per_worker(own: Snapshot, peers: Iterable[Snapshot]) -> list[Metric]:
     req = Metric("boute_worker_requests", "completion requests each live worker process has answered", "gauge")
     ver = Metric("boute_worker_plan_version", "the plan version each live worker process serves", "gauge")
     for s in sorted(live, key=lambda s: s.pid):
-        req.add_sample("boute_worker_requests", {"pid": str(s.pid)}, _requests(s))
+        req.add_sample("boute_worker_requests", {"pid": str(s.pid)}, answered(s))
         ver.add_sample("boute_worker_plan_version", {"pid": str(s.pid)}, float(s.plan_version))
     return [n, req, ver]
 
@@ -158,6 +159,12 @@ def ready_file(directory: Path, pid: int) -> Path:
 
 def snapshot_file(directory: Path, pid: int) -> Path:
     return directory / f"{pid}.json"
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """A snapshot file as written by :meth:`WorkerMetrics.write` (``live`` is for the reader to decide)."""
+    doc = json.loads(path.read_text())
+    return Snapshot(int(doc["pid"]), int(doc["plan_version"]), doc["families"])
 
 
 def retire(directory: Path, pid: int) -> None:
@@ -200,12 +207,11 @@ class WorkerMetrics:
             if f.name == own:
                 continue
             try:
-                doc = json.loads(f.read_text())
-            except (OSError, ValueError):  # a file retired while being read
+                snap = read_snapshot(f)
+            except (OSError, ValueError):  # a file moved aside while being read
                 continue
-            pid = int(doc["pid"])
-            current = f.name == snapshot_file(self.dir, pid).name  # not a retired worker's
-            out.append(Snapshot(pid, int(doc["plan_version"]), doc["families"], current and pid in live))
+            current = f.name == snapshot_file(self.dir, snap.pid).name  # not a dead worker's moved aside
+            out.append(replace(snap, live=current and snap.pid in live))
         return out
 
     def render(self) -> bytes:
