@@ -75,6 +75,9 @@ class Gateway:
         self._compiled: RoutePolicy | None = None
         self.inflight = 0
         self.tier_inflight: dict[str, int] = {}
+        # N workers on one port share the admission bounds: each admits below bound / N (compared as
+        # held * N >= bound: integers, no division per request), so the serve sheds where one gateway would
+        self.workers = settings.workers
         self.scoring = 0
         self.draining = False
         self._initial_plan = plan
@@ -228,7 +231,7 @@ class Gateway:
         policy = self.policy
         if policy is None:
             return Reply.failed(NoPlan(self._retry))
-        if self.inflight >= (s.max_inflight or policy.inflight_total):
+        if self.inflight * self.workers >= (s.max_inflight or policy.inflight_total):
             return self._refused(Overloaded("inflight", "too many requests in flight", self._retry))
         self.inflight += 1
         release = True
@@ -260,7 +263,7 @@ class Gateway:
             self.observer.arrival(prompt, score if policy.difficulty else None)
             held = self.tier_inflight.get(entry, 0)
             per_replica = s.tier_queue_per_replica or policy.inflight_per_replica[entry]
-            if held >= per_replica * max(1, self.balancer.healthy(entry)):
+            if held * self.workers >= per_replica * max(1, self.balancer.healthy(entry)):
                 self.observer.done(entry, False, 0.0, None)
                 return self._refused(Overloaded("tier_queue", f"tier '{entry}' is at capacity", self._retry))
             self.tier_inflight[entry] = held + 1

@@ -47,9 +47,17 @@ def tolerances() -> dict[str, float]:
     }
 
 
+class Fleet(Protocol):
+    """The metrics of every worker process serving one port, merged (:class:`router.worker_metrics.WorkerMetrics`)."""
+
+    def render(self) -> bytes: ...
+
+
 class Metrics:
     def __init__(self, gateway: Gauged) -> None:
         self.registry = CollectorRegistry()
+        #: set in a worker of several on one port: /metrics then answers for all of them
+        self.fleet: Fleet | None = None
         r = self.registry
         self.requests = Counter(
             "boute_requests", "completion requests by final tier and status", ["tier", "code"], registry=r
@@ -180,11 +188,24 @@ class Metrics:
         self.promised_p95.set(pred.p95_latency_s if pred and pred.p95_latency_s is not None else float("nan"))
         self.promised_quality.set(pred.quality if pred and pred.quality is not None else float("nan"))
 
-    def render(self) -> bytes:
+    def refresh(self) -> None:
+        """Set the gauges computed at scrape time: served shares (this process's counts), healthy replicas."""
         ok = {t: c._value.get() for (t, code), c in self._children.items() if code == 200 and t != "-"}
-        total = sum(ok.values())
-        for t, n in ok.items():
-            self.served_share.labels(t).set(n / total if total else 0.0)
+        for t, share in served_shares(ok).items():
+            self.served_share.labels(t).set(share)
         for tier, n in self._gateway.healthy_tiers().items():
             self._healthy.labels(tier).set(n)
+
+    def render(self) -> bytes:
+        """The exposition text: this process's registry, or, in a worker of several on one port, every worker's
+        merged (``fleet``, :class:`router.worker_metrics.WorkerMetrics`)."""
+        self.refresh()
+        if self.fleet is not None:
+            return self.fleet.render()
         return generate_latest(self.registry)
+
+
+def served_shares(ok: dict[str, float]) -> dict[str, float]:
+    """Each tier's share of the successful requests (``ok``: tier -> requests answered 200)."""
+    total = sum(ok.values())
+    return {t: n / total if total else 0.0 for t, n in ok.items()}
