@@ -77,12 +77,13 @@ prometheus:
 	    || { apt-get update -q && apt-get install -y -q --no-install-recommends prometheus; }; }
 
 ## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan (with its
-## bundle), then serve it on emulated backends and verify the promise under the scenario's own traffic.
+## bundle) and its report, then serve it on emulated backends, verify the promise under the scenario's own
+## traffic and add the verdict to the report (one self-contained HTML file: docs/report.md).
 demo: $(STAMP)
 	@mkdir -p out
-	$(BIN)/boute optimize --out out/plan.json --plot out/pareto.png --db sqlite:///out/boute.db
-	$(BIN)/boute verify --plan out/plan.json
-	@echo "plan: out/plan.json (+ out/plan.bundle/)  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
+	$(BIN)/boute optimize --out out/plan.json --plot out/pareto.png --db sqlite:///out/boute.db --report out/report.html
+	$(BIN)/boute verify --plan out/plan.json --db sqlite:///out/boute.db --report out/report.html
+	@echo "plan: out/plan.json (+ out/plan.bundle/)  report: out/report.html  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
 
 ## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379). Two workers:
 ## most of the suite waits on processes and sockets, so two share two cores well (7.5 -> 4.6 min here);

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from boute.cli.options import fraction, positive
+from boute.cli.options import REPORT, TRACKING_DB, fraction, positive
 
 #: the load generator's per-request timeout unless ``--timeout`` says otherwise, model seconds
 DEFAULT_TIMEOUT_S = 120.0
@@ -51,6 +51,8 @@ def register(app: typer.Typer) -> None:
         tol_quality: float = typer.Option(0.02, "--tol-quality", callback=fraction, help="quality, absolute"),
         tol_p95: float = typer.Option(0.15, "--tol-p95", callback=fraction, help="P95, relative to the promise"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        db: str | None = TRACKING_DB,
+        report: Path | None = REPORT,
     ) -> None:
         """Replay the plan's scenario workload through its gateway; promised vs measured; exit 1 if outside."""
         from boute.errors import BouteError
@@ -82,8 +84,34 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({**verdict.to_dict(), **info}, indent=2))
         else:
             _table(verdict, info)
+        _record(db, plan, p, verdict, info, report, as_json)
         if not verdict.ok:
             raise typer.Exit(1)
+
+
+def _record(
+    db: str | None, path: Path, plan: Plan, verdict: Verdict, info: dict[str, Any], report: Path | None, json_out: bool
+) -> None:
+    """File the verdict and how the replay ran in the tracking DB against the plan it checked, when the DB
+    exists and holds that plan (boute.report.publish says why there), and write the report of the plan's
+    experiment (``--report``); ``json_out``: stdout is the JSON verdict, so that is said on stderr."""
+    from boute.errors import BouteError
+    from boute.report.publish import existing_store, record_verification, write_report
+
+    store = existing_store(db)
+    experiment = None
+    if store is not None:
+        try:
+            experiment = record_verification(store, plan.model_dump(mode="json"), verdict.to_dict(), info, str(path))
+        finally:
+            store.close()
+    if report is None:
+        return
+    if experiment is None:
+        where = "there is no tracking DB at" if store is None else "the plan is not one recorded in"
+        url = db or "sqlite:///boute.db (the default)"
+        raise BouteError(f"--report: {where} {url}: pass the --db the plan was optimised with")
+    typer.echo(f"report written: {write_report(db, experiment, report)}", err=json_out)
 
 
 def run_verify(

@@ -33,9 +33,20 @@ PHASES = ("setup", "propose", "screen", "evaluate", "record", "confirm")
 
 @dataclass
 class SearchClock:
-    """Seconds spent per phase (``"propose"``) and sub-phase (``"propose.fit"``), summed over the run."""
+    """Seconds spent per phase (``"propose"``) and sub-phase (``"propose.fit"``), summed over the run, and the
+    run's elapsed wall time (:meth:`elapsed`: what each trial is recorded with, ``trials.elapsed_s``).
+
+    ``started``: when the run began (``time.perf_counter``); ``resumed_s``: the wall time earlier runs of a
+    resumed experiment took (its stored trials' last ``elapsed_s``), so a resumed experiment's trials keep
+    counting from where it stopped, the time between the runs left out."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+    resumed_s: float = 0.0
+
+    def elapsed(self) -> float:
+        """Seconds of the experiment's runs so far: ``resumed_s`` plus this run's since ``started``."""
+        return self.resumed_s + time.perf_counter() - self.started
 
     def add(self, phase: str, seconds: float) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + max(0.0, float(seconds))
