@@ -28,7 +28,7 @@ ENGINES    := $(VENV)/.engines-installed
 SGLANG_HOME ?= $(HOME)/.cache/boute/sglang
 export BOUTE_SGLANG_HOME := $(SGLANG_HOME)
 
-.PHONY: install lock engines sglang sglang-contract prometheus demo test test-fast bench lint format experiments clean
+.PHONY: install lock engines sglang sglang-contract prometheus chromium demo test test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
@@ -63,18 +63,20 @@ sglang-contract: $(STAMP)
 sglang: $(STAMP)
 	nice $(BIN)/python -m backends.sglang.build server
 
-## Prometheus and promtool (Debian's `prometheus` package, 2.42 on bookworm) for the observability tests
-## (tests/test_prometheus_*.py; docs/observability.md): installed through apt when absent and we are root, the
-## package lists refreshed only when the first try fails. Elsewhere it says so and those tests skip with the reason.
-## On a host that runs systemd the package also starts its own prometheus service (port 9090); the tests use
-## their own ports and data folders.
+## System tools some tests use, from Debian's packages, installed through apt when absent and we are root (the
+## package lists refreshed only when the first try fails); elsewhere each says so and its tests skip with the reason.
+## `prometheus` (2.42 on bookworm, with promtool): tests/test_prometheus_*.py, docs/observability.md. On a host that
+## runs systemd the package also starts its own prometheus service (port 9090); the tests use their own ports.
+## `chromium` (headless, driven by the playwright wheel, which cannot download a browser here): tests/test_report.py.
+APT_INSTALL = export DEBIAN_FRONTEND=noninteractive; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then echo "$(1) absent (install Debian's '$(1)' package as root)"; exit 1; fi; \
+	apt-get install -y -q --no-install-recommends $(1) || { apt-get update -q && apt-get install -y -q --no-install-recommends $(1); }
+
 prometheus:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-	    echo "prometheus/promtool absent (install Debian's 'prometheus' package as root)"; exit 1; fi; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -q --no-install-recommends prometheus \
-	    || { apt-get update -q && apt-get install -y -q --no-install-recommends prometheus; }; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { $(call APT_INSTALL,prometheus); }
+
+chromium:
+	@command -v chromium >/dev/null || { $(call APT_INSTALL,chromium); }
 
 ## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan (with its
 ## bundle) and its report, then serve it on emulated backends, verify the promise under the scenario's own
@@ -93,6 +95,7 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory engines || echo "warning: the llama.cpp engine did not build; its tests will skip"
 	@$(MAKE) --no-print-directory sglang-contract || echo "warning: SGLang's contract install failed; its tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "warning: no prometheus/promtool; the Prometheus tests will skip"
+	@$(MAKE) --no-print-directory chromium || echo "warning: no chromium; the report's browser tests will skip"
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 test-fast: $(STAMP)
