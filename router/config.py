@@ -67,6 +67,11 @@ class Settings(BaseModel):
     judge_timeout_s: PositiveFloat = Field(
         JUDGE_TIMEOUT_S, description="cascade: an LLM judge slower than this escalates"
     )
+    access_log: bool = Field(
+        False,
+        description="one logfmt line per completion request on the boute.router.access logger, with the route's "
+        "reason (x-boute-reason)",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

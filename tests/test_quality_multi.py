@@ -238,6 +238,7 @@ def test_the_gateway_routes_each_prompt_to_the_tier_the_multi_router_picks(gsm8k
     from boute.quality.build import profile_for
     from boute.quality.multi import load_multi_router, route
     from boute.serving.bundle import bundle_dir, open_plan
+    from boute.serving.reason import HEADER, fmt, parse_reason
     from tests.stack import Stack
 
     sc, qm = gsm8k_multi
@@ -258,6 +259,10 @@ def test_the_gateway_routes_each_prompt_to_the_tier_the_multi_router_picks(gsm8k
                 model="boute", messages=[{"role": "user", "content": p}], max_tokens=2
             )
             got.append(raw.headers["x-boute-tier"])
+            # the route's reason: the router's difficulty and the prices it was compared with (issue 52)
+            why = parse_reason(raw.headers[HEADER])
+            assert (why.by, why.tier, why.prices) == ("prices", got[-1], tuple(float(fmt(v)) for v in prices))
+            assert why.score == float(fmt(mr.score([p])[0]))
         assert got == [plan.routing.tiers[k] for k in want]
     finally:
         st.stop()
