@@ -88,7 +88,24 @@ class Metrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
-        # the plan's promise, beside what is measured (share: boute_served_share; P95: boute_latency_seconds)
+        self.stream_failed = Counter(
+            "boute_stream_failed",
+            "streams that began (counted 200 in boute_requests) and then failed upstream",
+            ["tier"],
+            registry=r,
+        )
+        self.escalations = Counter("boute_escalations", "cascade escalations to a larger tier", registry=r)
+        self._promise(r)
+        self._read_at_scrape(r, gateway)
+        healthy = Gauge("boute_healthy_replicas", "available replicas per tier", ["tier"], registry=r)
+        self._healthy = healthy
+        self._gateway = gateway
+        self._children: dict[tuple[str, int], Counter] = {}
+        self._latency: dict[str, Histogram] = {}
+        self._ttft: dict[str, Histogram] = {}
+
+    def _promise(self, r: CollectorRegistry) -> None:
+        """The plan's promise, beside what is measured (share: boute_served_share; P95: boute_latency_seconds)."""
         self.promised_share = Gauge(
             "boute_plan_share", "share of requests the plan sends to each tier", ["tier"], registry=r
         )
@@ -97,13 +114,10 @@ class Metrics:
         self.served_share = Gauge(
             "boute_served_share", "share of successful requests served by each tier", ["tier"], registry=r
         )
-        self.stream_failed = Counter(
-            "boute_stream_failed",
-            "streams that began (counted 200 in boute_requests) and then failed upstream",
-            ["tier"],
-            registry=r,
-        )
-        self.escalations = Counter("boute_escalations", "cascade escalations to a larger tier", registry=r)
+
+    def _read_at_scrape(self, r: CollectorRegistry, gateway: Gauged) -> None:
+        """Gauges read from the gateway when scraped, the plans it adopted (re-plan events) and the tolerances
+        the alert rules hold the promise to."""
         judge_failed = Gauge(
             "boute_judge_failures",
             "answers the current plan's cascade judge could not score (error, timeout, no rating): each escalated",
@@ -130,12 +144,6 @@ class Metrics:
         )
         for check, value in tolerances().items():
             tolerance.labels(check).set(value)
-        healthy = Gauge("boute_healthy_replicas", "available replicas per tier", ["tier"], registry=r)
-        self._healthy = healthy
-        self._gateway = gateway
-        self._children: dict[tuple[str, int], Counter] = {}
-        self._latency: dict[str, Histogram] = {}
-        self._ttft: dict[str, Histogram] = {}
 
     def count(self, tier: str, code: int) -> None:
         key = (tier, code)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
-from boute.report.model import ChosenPlan, GroupBox
+from boute.report.model import ChosenPlan, GroupBox, TierBox
 
 #: replicas drawn per group; more are counted, not drawn
 MAX_DRAWN = 16
@@ -57,85 +57,91 @@ def _money(v: float) -> str:
     return f"${v:,.2f}/h"
 
 
+TIER_X, GROUP_X = 170.0, 420.0
+
+
+def _group_box(g: GroupBox, y: float) -> tuple[list[str], float]:
+    """One replica group's box at height ``y``: GPU type and count, parallelism, $/h and its replicas; and
+    the height it takes."""
+    blocks, used = _replicas(g, GROUP_X + 10, y + 48)
+    height = max(ROW_MIN, 48 + used + 8)
+    gi = str(g.index)
+    parts = [
+        f'<rect x="{GROUP_X}" y="{y:.1f}" width="{WIDTH - GROUP_X - 6}" height="{height - 8:.1f}" rx="6" class="group"/>',
+        _text(
+            GROUP_X + 10, y + 18, f"{g.count} x {g.gpu}", weight="bold", figure="replicas", group=gi, value=str(g.count)
+        ),
+        _text(
+            GROUP_X + 10,
+            y + 36,
+            f"TP {g.tp} x PP {g.pp}, {g.tp * g.pp} GPUs per replica, {g.gpus} GPUs, {g.dtype}",
+            size=11,
+            figure="parallelism",
+            group=gi,
+            tp=str(g.tp),
+            pp=str(g.pp),
+        ),
+        _text(
+            WIDTH - 16,
+            y + 18,
+            _money(g.cost_per_hour),
+            weight="bold",
+            anchor="end",
+            figure="group-cost",
+            group=gi,
+            value=repr(g.cost_per_hour),
+        ),
+    ]
+    return parts + blocks, height
+
+
+def _tier_box(tier: TierBox, mode: str, top: float, height: float, entry_y: float) -> list[str]:
+    """A tier's box beside its groups (``top``, ``height``), with the edges from the entry and to its groups."""
+    mid = top + height / 2
+    model = tier.groups[0].model if tier.groups else ""
+    parts = [
+        f'<rect x="{TIER_X}" y="{mid - 30:.1f}" width="200" height="60" rx="8" class="tier"/>',
+        _text(TIER_X + 100, mid - 10, tier.name, weight="bold", anchor="middle", figure="tier"),
+        _text(TIER_X + 100, mid + 6, model, size=11, anchor="middle"),
+    ]
+    if tier.share is not None:
+        verb = "answers" if mode == "cascade" else "sent"
+        parts.append(
+            _text(
+                TIER_X + 100,
+                mid + 22,
+                f"{verb} {tier.share:.1%}",
+                size=11,
+                anchor="middle",
+                figure="share",
+                tier=tier.name,
+                value=repr(tier.share),
+            )
+        )
+    parts.append(f'<path d="M 130 {entry_y:.1f} C 150 {entry_y:.1f}, 150 {mid:.1f}, {TIER_X} {mid:.1f}" class="edge"/>')
+    parts.append(f'<path d="M {TIER_X + 200} {mid:.1f} L {GROUP_X} {top + 20:.1f}" class="edge"/>')
+    return parts
+
+
 def deployment_svg(plan: ChosenPlan) -> str:
-    """The SVG element (module doc)."""
+    """The SVG element (module doc): the groups stacked tier by tier, then each tier's box beside its groups,
+    the entry box, and the deployment's $/h."""
     parts: list[str] = []
     y = 30.0
-    tier_x, group_x = 170.0, 420.0
     rows: list[tuple[float, float]] = []  # (top, height) of each tier's block
     for tier in plan.tiers:
         top = y
         for g in tier.groups:
-            blocks, used = _replicas(g, group_x + 10, y + 48)
-            height = max(ROW_MIN, 48 + used + 8)
-            parts.append(
-                f'<rect x="{group_x}" y="{y:.1f}" width="{WIDTH - group_x - 6}" height="{height - 8:.1f}" rx="6" class="group"/>'
-            )
-            gi = str(g.index)
-            parts.append(
-                _text(
-                    group_x + 10,
-                    y + 18,
-                    f"{g.count} x {g.gpu}",
-                    weight="bold",
-                    figure="replicas",
-                    group=gi,
-                    value=str(g.count),
-                )
-            )
-            parts.append(
-                _text(
-                    group_x + 10,
-                    y + 36,
-                    f"TP {g.tp} x PP {g.pp}, {g.tp * g.pp} GPUs per replica, {g.gpus} GPUs, {g.dtype}",
-                    size=11,
-                    figure="parallelism",
-                    group=gi,
-                    tp=str(g.tp),
-                    pp=str(g.pp),
-                )
-            )
-            parts.append(
-                _text(
-                    WIDTH - 16,
-                    y + 18,
-                    _money(g.cost_per_hour),
-                    weight="bold",
-                    anchor="end",
-                    figure="group-cost",
-                    group=gi,
-                    value=repr(g.cost_per_hour),
-                )
-            )
-            parts += blocks
+            box, height = _group_box(g, y)
+            parts += box
             y += height
         if not tier.groups:
-            parts.append(_text(group_x + 10, y + 24, "no replicas (sent nothing)", size=11))
+            parts.append(_text(GROUP_X + 10, y + 24, "no replicas (sent nothing)", size=11))
             y += 40
         rows.append((top, y - top - 8))
         y += 10
     for tier, (top, height) in zip(plan.tiers, rows, strict=True):
-        mid = top + height / 2
-        parts.append(f'<rect x="{tier_x}" y="{mid - 30:.1f}" width="200" height="60" rx="8" class="tier"/>')
-        parts.append(_text(tier_x + 100, mid - 10, tier.name, weight="bold", anchor="middle", figure="tier"))
-        model = tier.groups[0].model if tier.groups else ""
-        parts.append(_text(tier_x + 100, mid + 6, model, size=11, anchor="middle"))
-        if tier.share is not None:
-            verb = "answers" if plan.mode == "cascade" else "sent"
-            parts.append(
-                _text(
-                    tier_x + 100,
-                    mid + 22,
-                    f"{verb} {tier.share:.1%}",
-                    size=11,
-                    anchor="middle",
-                    figure="share",
-                    tier=tier.name,
-                    value=repr(tier.share),
-                )
-            )
-        parts.append(f'<path d="M 130 {y / 2:.1f} C 150 {y / 2:.1f}, 150 {mid:.1f}, {tier_x} {mid:.1f}" class="edge"/>')
-        parts.append(f'<path d="M {tier_x + 200} {mid:.1f} L {group_x} {top + 20:.1f}" class="edge"/>')
+        parts += _tier_box(tier, plan.mode, top, height, y / 2)
     entry = "requests -> router" if plan.mode == "preroute" else "requests -> cascade"
     parts.append(f'<rect x="6" y="{y / 2 - 22:.1f}" width="124" height="44" rx="8" class="entry"/>')
     parts.append(_text(68, y / 2 + 4, entry, size=11, anchor="middle"))
