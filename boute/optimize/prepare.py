@@ -7,8 +7,8 @@ of what it is built from, so only the first search on a machine builds it; that 
 time as ``prepare``, each build as its sub-phase (:mod:`boute.data.builds`): the built-in scenario's first
 run on a cache holding only the static table read ``prepare 10.1 s (router 6.5, tokens 2.1)`` (2 cores, load
 8); without the table, distilling it adds a ``static`` sub-phase of 1-2 minutes; after the install step the
-first and the second run read ``prepare 3.5 s`` and ``prepare 3.3 s`` (loading only). All of it was
-``other`` before (issue 50).
+first and the second run both read ``prepare 0.5 s`` at load 4-7 (3.5 s and 3.3 s at load 8-10: loading
+only). All of it was ``other`` before (issue 50).
 
 ``python -m boute.optimize.prepare`` (run by ``make install``) calls the same :func:`prepared` for the built-in
 scenarios in both routing modes, so it fills the very cache entries a search reads (one code path, one key
