@@ -28,19 +28,32 @@ ENGINES    := $(VENV)/.engines-installed
 SGLANG_HOME ?= $(HOME)/.cache/boute/sglang
 export BOUTE_SGLANG_HOME := $(SGLANG_HOME)
 
-.PHONY: install lock engines sglang sglang-contract prometheus chromium demo test test-fast bench lint format experiments clean
+.PHONY: install warm lock engines sglang sglang-contract prometheus chromium demo test test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
 # BoTorch's fused qLogNEHVI kernel is compiled here, once, with portable flags (~25 s), instead of by BoTorch
-# inside the first search with -march=native (boute/optimize/acquisition/fused_kernel.py says why).
+# inside the first search with -march=native (boute/optimize/acquisition/fused_kernel.py says why); and the
+# caches a first search would build are built (make warm).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m boute.optimize.acquisition.fused_kernel build
+	@$(MAKE) --no-print-directory warm
 	touch $(STAMP)
+
+## Build ahead what the first search on a machine would build (boute/optimize/prepare.py): the project's
+## bytecode, the static embedding table distilled from the packaged MiniLM (1-2 min on 2 cores, once per
+## machine), and the built-in scenarios' routers, cascade verifiers and token counts, in $$BOUTE_CACHE_DIR or
+## ~/.cache/boute, keyed as the search keys them. Idempotent (seconds when everything is cached: run it again
+## after emptying the cache); a failure warns, and the search builds what is missing on first use instead.
+## bench/bench_optimize_firstrun.py runs these same two commands as its install step.
+warm:
+	@test -x $(BIN)/python || { echo "no $(VENV): run make install first"; exit 1; }
+	$(BIN)/python -m compileall -q boute router backends || echo "warning: some files did not byte-compile"
+	$(BIN)/python -m boute.optimize.prepare || echo "warning: not every cache was built ahead; searches build what is missing on first use"
 
 ## Re-pin constraints.txt to what .venv holds (after installing a new version there and running the tests).
 ## No install first: the point is to record the venv as it is.

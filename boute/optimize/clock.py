@@ -8,6 +8,11 @@ Without the split a user sees only that a search is slow; with it they see wheth
 
 The phases of one plan, in order (top level, their sum plus ``other`` is the plan's wall time):
 
+* ``prepare``: the search evaluator and what it is built from: the scenario's quality model (its routers
+  and, for a cascade, its judge's scores) and request stream. On a fresh cache this is where the first-use
+  builds go, each a sub-phase (``prepare.static``: distilling the static embedding table, ``prepare.router``,
+  ``prepare.verifier``, ``prepare.tokens``, ``prepare.embed``; :mod:`boute.data.builds`); on a warm one it
+  only loads them (``make install`` builds them ahead: :mod:`boute.optimize.prepare`);
 * ``setup``: the space, the screens, the worker pool's start, resuming from the tracking DB;
 * ``propose``: the strategy's ``ask_batch``; a model-based strategy splits it into sub-phases
   (``propose.fit``, ``propose.pool``, ``propose.acquisition``);
@@ -28,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 #: the top-level phases in the order a plan goes through them (module doc)
-PHASES = ("setup", "propose", "screen", "evaluate", "record", "confirm")
+PHASES = ("prepare", "setup", "propose", "screen", "evaluate", "record", "confirm")
 
 
 @dataclass

@@ -235,9 +235,10 @@ def _search(
     and the fast path as the prior a simulator (or live) search corrects: cheap, and right in shape."""
     from boute.optimize import session
     from boute.optimize.evaluators.factory import make_evaluator
+    from boute.optimize.prepare import prepared
 
     s = req.search
-    ev = make_evaluator(s.evaluator, sc, s.mode, s.seed, redis_url=req.redis_url)
+    ev = prepared(clock, s.evaluator, sc, s.mode, s.seed, redis_url=req.redis_url)  # the clock's "prepare"
     evaluators.callback(ev.close)
     fast = (
         make_evaluator("fast", sc, s.mode, s.seed, quality_model=ev.quality_model, workload=ev.workload)
