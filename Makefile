@@ -28,19 +28,32 @@ ENGINES    := $(VENV)/.engines-installed
 SGLANG_HOME ?= $(HOME)/.cache/boute/sglang
 export BOUTE_SGLANG_HOME := $(SGLANG_HOME)
 
-.PHONY: install lock engines sglang sglang-contract demo test test-fast bench lint format experiments clean
+.PHONY: install warm lock engines sglang sglang-contract prometheus chromium demo test test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
 # BoTorch's fused qLogNEHVI kernel is compiled here, once, with portable flags (~25 s), instead of by BoTorch
-# inside the first search with -march=native (boute/optimize/acquisition/fused_kernel.py says why).
+# inside the first search with -march=native (boute/optimize/acquisition/fused_kernel.py says why); and the
+# caches a first search would build are built (make warm).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m boute.optimize.acquisition.fused_kernel build
+	@$(MAKE) --no-print-directory warm
 	touch $(STAMP)
+
+## Build ahead what the first search on a machine would build (boute/optimize/prepare.py): the project's
+## bytecode, the static embedding table distilled from the packaged MiniLM (1-2 min on 2 cores, once per
+## machine), and the built-in scenarios' routers, cascade verifiers and token counts, in $$BOUTE_CACHE_DIR or
+## ~/.cache/boute, keyed as the search keys them. Idempotent (seconds when everything is cached: run it again
+## after emptying the cache); a failure warns, and the search builds what is missing on first use instead.
+## bench/bench_optimize_firstrun.py runs these same two commands as its install step.
+warm:
+	@test -x $(BIN)/python || { echo "no $(VENV): run make install first"; exit 1; }
+	$(BIN)/python -m compileall -q boute router backends || echo "warning: some files did not byte-compile"
+	$(BIN)/python -m boute.optimize.prepare || echo "warning: not every cache was built ahead; searches build what is missing on first use"
 
 ## Re-pin constraints.txt to what .venv holds (after installing a new version there and running the tests).
 ## No install first: the point is to record the venv as it is.
@@ -63,13 +76,29 @@ sglang-contract: $(STAMP)
 sglang: $(STAMP)
 	nice $(BIN)/python -m backends.sglang.build server
 
+## System tools some tests use, from Debian's packages, installed through apt when absent and we are root (the
+## package lists refreshed only when the first try fails); elsewhere each says so and its tests skip with the reason.
+## `prometheus` (2.42 on bookworm, with promtool): tests/test_prometheus_*.py, docs/observability.md. On a host that
+## runs systemd the package also starts its own prometheus service (port 9090); the tests use their own ports.
+## `chromium` (headless, driven by the playwright wheel, which cannot download a browser here): tests/test_report.py.
+APT_INSTALL = export DEBIAN_FRONTEND=noninteractive; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then echo "$(1) absent (install Debian's '$(1)' package as root)"; exit 1; fi; \
+	apt-get install -y -q --no-install-recommends $(1) || { apt-get update -q && apt-get install -y -q --no-install-recommends $(1); }
+
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { $(call APT_INSTALL,prometheus); }
+
+chromium:
+	@command -v chromium >/dev/null || { $(call APT_INSTALL,chromium); }
+
 ## Run the main job on the built-in example scenario: optimise routing + deployment, write the plan (with its
-## bundle), then serve it on emulated backends and verify the promise under the scenario's own traffic.
+## bundle) and its report, then serve it on emulated backends, verify the promise under the scenario's own
+## traffic and add the verdict to the report (one self-contained HTML file: docs/report.md).
 demo: $(STAMP)
 	@mkdir -p out
-	$(BIN)/boute optimize --out out/plan.json --plot out/pareto.png --db sqlite:///out/boute.db
-	$(BIN)/boute verify --plan out/plan.json
-	@echo "plan: out/plan.json (+ out/plan.bundle/)  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
+	$(BIN)/boute optimize --out out/plan.json --plot out/pareto.png --db sqlite:///out/boute.db --report out/report.html
+	$(BIN)/boute verify --plan out/plan.json --db sqlite:///out/boute.db --report out/report.html
+	@echo "plan: out/plan.json (+ out/plan.bundle/)  report: out/report.html  pareto plot: out/pareto.png  experiments: boute experiments list --db sqlite:///out/boute.db"
 
 ## The full test suite (starts an embedded redis-server when none answers on 127.0.0.1:6379). Two workers:
 ## most of the suite waits on processes and sockets, so two share two cores well (7.5 -> 4.6 min here);
@@ -78,6 +107,8 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(MAKE) --no-print-directory engines || echo "warning: the llama.cpp engine did not build; its tests will skip"
 	@$(MAKE) --no-print-directory sglang-contract || echo "warning: SGLang's contract install failed; its tests will skip"
+	@$(MAKE) --no-print-directory prometheus || echo "warning: no prometheus/promtool; the Prometheus tests will skip"
+	@$(MAKE) --no-print-directory chromium || echo "warning: no chromium; the report's browser tests will skip"
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 test-fast: $(STAMP)

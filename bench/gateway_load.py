@@ -94,8 +94,8 @@ async def open_loop(url: str, rate: float, seconds: float, timeout: float, bodie
     """``rate`` requests/s for ``seconds`` on a fixed schedule (open loop: a slow answer does not slow the
     offered load, as with many independent users), each request bounded by a client ``timeout``.
 
-    Returns per-request status (0 = client timeout or connection error) and latency, the achieved send rate,
-    and this process's CPU (so a lagging generator is visible: ``send_lag_p99_ms``).
+    Returns per-request status (0 = client timeout or connection error) and latency, BOute's
+    ``x-boute-overhead-ms`` of its successful answers, the achieved send rate, and this process's CPU (so a lagging generator is visible: ``send_lag_p99_ms``).
     """
     import aiohttp
 
@@ -104,6 +104,7 @@ async def open_loop(url: str, rate: float, seconds: float, timeout: float, bodie
     status: list[int] = []
     lat: list[float] = []
     lag: list[float] = []
+    over: list[float] = []  # x-boute-overhead-ms of the answers that carry it (BOute's gateway)
     conn = aiohttp.TCPConnector(limit=0)
     tmo = aiohttp.ClientTimeout(total=timeout)
     async with aiohttp.ClientSession(connector=conn, timeout=tmo, skip_auto_headers=("User-Agent",)) as s:
@@ -115,6 +116,9 @@ async def open_loop(url: str, rate: float, seconds: float, timeout: float, bodie
                 async with s.post(target, data=body, headers=headers) as r:
                     await r.read()
                     code = r.status
+                    h = r.headers.get("x-boute-overhead-ms")
+                    if h is not None and code == 200:
+                        over.append(float(h))
             except (TimeoutError, aiohttp.ClientError):
                 code = 0
             status.append(code)
@@ -124,6 +128,7 @@ async def open_loop(url: str, rate: float, seconds: float, timeout: float, bodie
         await asyncio.gather(*(one(bodies[0]) for _ in range(4)))
         status.clear()
         lat.clear()
+        over.clear()
         tasks = []
         cpu0, start = _cpu_s(), time.perf_counter()
         n = int(rate * seconds)
@@ -141,6 +146,7 @@ async def open_loop(url: str, rate: float, seconds: float, timeout: float, bodie
     return {
         "status": status,
         "lat_s": lat,
+        "overhead_ms": over,
         "sent": n,
         "send_wall_s": sent_wall,
         "send_lag_p99_ms": lag[int(0.99 * (len(lag) - 1))] * 1e3 if lag else 0.0,

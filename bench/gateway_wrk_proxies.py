@@ -24,9 +24,11 @@ def stop_proxy(proc: subprocess.Popen[bytes]) -> None:
 
 
 def start_gateway(
-    stack: Stack, cpus: set[int] | None, tree: str | None = None, **env: str
+    stack: Stack, cpus: set[int] | None, tree: str | None = None, workers: int = 1, **env: str
 ) -> tuple[str, subprocess.Popen[bytes]]:
-    """A BOute gateway process on the stack's plan/registry (``tree``: run another checkout's ``router/``)."""
+    """A BOute gateway process on the stack's plan/registry (``tree``: run another checkout's ``router/``;
+    ``workers`` > 1: a supervisor and that many worker processes on the port, which needs BOUTE_REDIS_URL in
+    ``env``; all of them on ``cpus``)."""
     port = free_port()
     full_env = {
         **os.environ,
@@ -36,7 +38,7 @@ def start_gateway(
     }
     log = open(stack.workdir / f"gateway-{port}.log", "wb")  # noqa: SIM115 - lives as long as the child
     proc = subprocess.Popen(
-        [sys.executable, "-m", "router", "--port", str(port)],
+        [sys.executable, "-m", "router", "--port", str(port), *(["--workers", str(workers)] if workers > 1 else [])],
         env=full_env,
         cwd=tree,
         stdout=log,
@@ -60,6 +62,35 @@ def start_sglang_router(workers: list[str], cpus: set[int] | None) -> tuple[str,
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", 60, [proc])
     return url, proc
+
+
+def start_rust_gateway(
+    module: str, python: str, workers: list[str], cpus: set[int] | None
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """A Rust gateway (``smg.launch_router`` or ``sglang_router.launch_router``, run by ``python``: its own
+    virtualenv), ``round_robin`` over ``workers``, on ``cpus`` (its runtime sizes its threads to them)."""
+    port, metrics_port = free_port(), free_port()  # each its own metrics port (both default to 29000)
+    cmd = [python, "-m", module, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers]
+    cmd += ["--policy", "round_robin", "--log-level", "error"]
+    cmd += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=affinity(cpus))
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health", 60, [proc])
+    return url, proc
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a gateway's supervisor and workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo += [int(c) for c in fh.read().split()]
+        except OSError:
+            continue
+    return out
 
 
 def pinning() -> tuple[set[int], set[int]] | None:

@@ -30,6 +30,11 @@ class Settings(BaseModel):
     )
     redis_url: str | None = Field(None, description="shared state; None = this instance only")
     redis_prefix: str = Field("boute", description="key prefix, so several deployments share one Redis")
+    workers: PositiveInt = Field(
+        1,
+        description="gateway worker processes on one port (SO_REUSEPORT; more than one needs redis_url); the "
+        "admission bounds hold for all of them together: each admits its 1/workers share (router.workers)",
+    )
     admin_token: str | None = Field(None, description="bearer token for /admin/*; None disables admin")
     max_body_bytes: PositiveInt = Field(1 << 20, description="larger request bodies get 413")
     max_inflight: PositiveInt | None = Field(
@@ -62,6 +67,11 @@ class Settings(BaseModel):
     judge_timeout_s: PositiveFloat = Field(
         JUDGE_TIMEOUT_S, description="cascade: an LLM judge slower than this escalates"
     )
+    access_log: bool = Field(
+        False,
+        description="one logfmt line per completion request on the boute.router.access logger, with the route's "
+        "reason (x-boute-reason)",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -74,3 +84,14 @@ class Settings(BaseModel):
                 data[name] = raw
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(data)
+
+
+def workers_problem(workers: int, redis_url: str | None) -> str | None:
+    """Why ``workers`` gateway processes cannot serve together, or None: more than one shares its state through
+    Redis (a plan PUT on one worker reaches the others only that way)."""
+    if workers > 1 and redis_url is None:
+        return (
+            f"--workers {workers} needs --redis URL (BOUTE_REDIS_URL): the workers share the plan, the backend "
+            "registry and replica down-marks through it"
+        )
+    return None

@@ -19,9 +19,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
+from boute.quality.judges import JudgeFailed
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.serving.bundle import artifact_cache, bundle_files, materialise, open_plan, plan_catalog
+from boute.serving.reason import CASCADE, HEADER
 from boute.specs.plan import Plan, check_plan_hardware
+from router import access
 from router.balancer import Balancer
 from router.config import Settings
 from router.errors import (
@@ -61,6 +64,9 @@ class Dispatched(NamedTuple):
     waited_s: float
     #: tiers asked: 1, or up to the number of tiers for a cascade that escalated
     hops: int
+    #: a cascade's route reason, every hop's verdict (:mod:`boute.serving.reason`); "" for one tier asked, whose
+    #: reason the caller writes from the score it routed by
+    reason: str = ""
 
 
 class Gateway:
@@ -75,6 +81,9 @@ class Gateway:
         self._compiled: RoutePolicy | None = None
         self.inflight = 0
         self.tier_inflight: dict[str, int] = {}
+        # N workers on one port share the admission bounds: each admits below bound / N (compared as
+        # held * N >= bound: integers, no division per request), so the serve sheds where one gateway would
+        self.workers = settings.workers
         self.scoring = 0
         self.draining = False
         self._initial_plan = plan
@@ -83,6 +92,9 @@ class Gateway:
         self.client: Pool | None = None  # upstream connection pool: made in start(), in the loop
         self.proxy: Proxy | None = None
         self._retry = retry_after(settings.retry_after_s)  # sent with 429 and 503
+        self.access_log = settings.access_log
+        if self.access_log:
+            access.enable()
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -228,7 +240,7 @@ class Gateway:
         policy = self.policy
         if policy is None:
             return Reply.failed(NoPlan(self._retry))
-        if self.inflight >= (s.max_inflight or policy.inflight_total):
+        if self.inflight * self.workers >= (s.max_inflight or policy.inflight_total):
             return self._refused(Overloaded("inflight", "too many requests in flight", self._retry))
         self.inflight += 1
         release = True
@@ -260,11 +272,13 @@ class Gateway:
             self.observer.arrival(prompt, score if policy.difficulty else None)
             held = self.tier_inflight.get(entry, 0)
             per_replica = s.tier_queue_per_replica or policy.inflight_per_replica[entry]
-            if held >= per_replica * max(1, self.balancer.healthy(entry)):
+            if held * self.workers >= per_replica * max(1, self.balancer.healthy(entry)):
                 self.observer.done(entry, False, 0.0, None)
                 return self._refused(Overloaded("tier_queue", f"tier '{entry}' is at capacity", self._retry))
             self.tier_inflight[entry] = held + 1
-            reply = await self._dispatch(policy, tier, cascade, kind, body, prompt, stream, receive, t0)
+            reply = await self._dispatch(policy, tier, cascade, score, kind, body, prompt, stream, receive, t0)
+            if self.access_log:
+                access.answered(kind, reply, time.perf_counter() - t0)
             if reply.stream is not None:  # closing the stream releases both holds
                 release = False
             else:
@@ -293,6 +307,8 @@ class Gateway:
         """The answer to a request refused with ``exc``, counted: a shed by its bound (``boute_rejected``);
         anything else in ``boute_requests`` under the tier that took the request ("-" when none did), and a
         failure of the tier it was sent to also as that tier's failed request (the re-plan loop's record)."""
+        if self.access_log:
+            access.refused(exc)
         if isinstance(exc, Overloaded):
             self.metrics.reject(exc.reason)
         elif isinstance(exc, UpstreamFailure):
@@ -307,6 +323,7 @@ class Gateway:
         policy: RoutePolicy,
         tier: int,
         cascade: bool,
+        score: float | None,
         kind: str,
         body: dict[str, Any],
         prompt: str,
@@ -315,7 +332,8 @@ class Gateway:
         t0: float,
     ) -> Reply:
         """Send to the tier (or down the cascade) and answer. A streamed answer (``Reply.stream``) holds the
-        request's in-flight counts until it is closed; otherwise the caller releases them now."""
+        request's in-flight counts until it is closed; otherwise the caller releases them now. ``score``: what
+        the tier was chosen by (None: the request's model forced it, or a cascade, whose hops say why)."""
         entry = policy.tiers[tier]
         try:
             work = (
@@ -332,10 +350,15 @@ class Gateway:
         result = done.answer
         tier_name = policy.tiers[done.tier]
         overhead = time.perf_counter() - t0 - done.waited_s
+        if cascade or score is None:  # a cascade's hops say why; no score: the request's model forced the tier
+            reason = done.reason or policy.reasons.forced(tier)
+        else:
+            reason = policy.reasons.preroute(tier, score)
         headers = {
             "x-boute-tier": tier_name,
             "x-boute-replica": result.replica.id,
             "x-boute-overhead-ms": f"{overhead * 1e3:.3f}",
+            HEADER: reason,
         }
         if done.hops > 1:
             headers["x-boute-hops"] = str(done.hops)
@@ -387,22 +410,25 @@ class Gateway:
         # earlier hops are asked whole, for the judge, and without stream_options: servers that check it (vLLM)
         # refuse it on a request that does not stream
         inner = ({k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}) if stream else body
-        proxy, judge = self.proxy, policy.judge
+        proxy, judge, reasons = self.proxy, policy.judge, policy.reasons
         assert proxy is not None and judge is not None  # a cascade policy always has a judge
+        why = CASCADE  # each hop's verdict is appended (boute.serving.reason)
         for hop in range(last + 1):
             name = policy.tiers[hop]
             if hop == last and stream:
                 out = await proxy.open_stream(name, PATHS[kind], body)
-                return Dispatched(out, hop, waited + out.upstream_s, hop + 1)
+                return Dispatched(out, hop, waited + out.upstream_s, hop + 1, why + reasons.final(hop))
             res = await proxy.complete(name, PATHS[kind], inner)
             waited += res.upstream_s
             if hop == last or res.status != 200:
-                return Dispatched(res, hop, waited, hop + 1)
+                end = reasons.final(hop) if hop == last else reasons.unjudged(hop, res.status)
+                return Dispatched(res, hop, waited, hop + 1, why + end)
             t = time.perf_counter()
             score = await judge.ajudge(prompt, response_text(res.body, kind))
             waited += time.perf_counter() - t
             if policy.accepts(hop, score):
-                return Dispatched(res, hop, waited, hop + 1)
+                return Dispatched(res, hop, waited, hop + 1, why + reasons.accepted(hop, score))
+            why += reasons.escalated(hop, score, type(score) is JudgeFailed)
             self.metrics.escalations.inc()
         raise AssertionError("unreachable")
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from boute.errors import SpecError
 from boute.quality.router_kinds import Scorer, router_kind
+from boute.serving.reason import RouteReasons
 from boute.specs.plan import Plan, Routing
 from router.admission import MIN_GATEWAY_INFLIGHT, planned_inflight, tier_context
 from router.errors import UnknownModel
@@ -143,6 +144,8 @@ class RoutePolicy:
         #: router_kinds.TierCut`); None: the tier is how many thresholds lie below the score
         self._tier_of: Callable[[float], int] | None = None
         self.thresholds: list[float] = self._cut(r, root, file)
+        #: the fixed parts of each route's reason (the ``x-boute-reason`` header: :mod:`boute.serving.reason`)
+        self.reasons = self._reasons()
         self.judge: Judge | None = judge if judge is not None else plan_judge(r, root, file)
         # model-name aliases that force a tier (RouteLLM style "router-<tier>", the bare tier, its model)
         self.forced: dict[str, int] = {}
@@ -175,6 +178,18 @@ class RoutePolicy:
             only = next(i for i, f in enumerate(fr) if f > 0)
             return [-np.inf] * only + [np.inf] * (len(self.tiers) - 1 - only)
         raise SpecError(file, "routing.judge", UNJUDGED)
+
+    def _reasons(self) -> RouteReasons:
+        """What a route's reason names: a cascade's hop thresholds; a pre-route's thresholds or (a priced scorer,
+        which maps scores itself) its prices; nothing to compare where one tier is loaded (no scorer)."""
+        if self.mode == "cascade":
+            return RouteReasons.cascade(self.tiers, self.thresholds)
+        if self.scorer is None or len(self.tiers) == 1:
+            return RouteReasons.one_tier(self.tiers)
+        if self._tier_of is not None:  # a priced scorer (boute.quality.router_kinds.PricedScorer)
+            prices = getattr(self.scorer, "prices", ())
+            return RouteReasons.by_prices(self.tiers, [float(p) for p in prices], bool(self.difficulty))
+        return RouteReasons.by_thresholds(self.tiers, self.thresholds)
 
     def model_names(self) -> list[str]:
         return ["boute", *(f"router-{t}" for t in self.tiers)]

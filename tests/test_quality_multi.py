@@ -200,7 +200,9 @@ def test_a_multi_plan_round_trips_with_infinite_prices_and_is_refused_when_damag
     r = plan.routing
     assert r.scorer == "multi" and r.thresholds is None and r.prices == [0.0, math.inf]  # +inf read back as a float
     assert r.router is not None and r.router.startswith("plan.bundle/router-")
-    assert {a.path for a in plan.artifacts} >= {r.router, r.router + ".json", r.router + ".static.npy"}
+    # the table is named by its content (shared by the models saved in one folder), as the metadata says
+    table_path = f"{r.router.rsplit('/', 1)[0]}/{json.loads((out.parent / (r.router + '.json')).read_text())['files']['table']['name']}"
+    assert {a.path for a in plan.artifacts} >= {r.router, r.router + ".json", table_path}
     if suffix == ".json":
         assert '"Infinity"' not in out.read_text() and "Infinity" in out.read_text()
     scorer = load_scorer(r, out.parent, out)
@@ -215,7 +217,7 @@ def test_a_multi_plan_round_trips_with_infinite_prices_and_is_refused_when_damag
     # damaged: the plan's artifact check refuses it, and so does the router's own hash check, each in one line
     meta = out.parent / (r.router + ".json")
     doc = json.loads(meta.read_text())
-    table = out.parent / (r.router + ".static.npy")
+    table = out.parent / table_path
     table.write_bytes(table.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(SpecError, match=r"artifacts\[\d+\]\.sha256: .*does not match") as e:
         open_plan(out)
@@ -238,6 +240,7 @@ def test_the_gateway_routes_each_prompt_to_the_tier_the_multi_router_picks(gsm8k
     from boute.quality.build import profile_for
     from boute.quality.multi import load_multi_router, route
     from boute.serving.bundle import bundle_dir, open_plan
+    from boute.serving.reason import HEADER, fmt, parse_reason
     from tests.stack import Stack
 
     sc, qm = gsm8k_multi
@@ -258,6 +261,10 @@ def test_the_gateway_routes_each_prompt_to_the_tier_the_multi_router_picks(gsm8k
                 model="boute", messages=[{"role": "user", "content": p}], max_tokens=2
             )
             got.append(raw.headers["x-boute-tier"])
+            # the route's reason: the router's difficulty and the prices it was compared with (issue 52)
+            why = parse_reason(raw.headers[HEADER])
+            assert (why.by, why.tier, why.prices) == ("prices", got[-1], tuple(float(fmt(v)) for v in prices))
+            assert why.score == float(fmt(mr.score([p])[0]))
         assert got == [plan.routing.tiers[k] for k in want]
     finally:
         st.stop()

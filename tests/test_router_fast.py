@@ -8,6 +8,7 @@ lives in bench/bench_router_speed.py, not here.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,8 @@ def test_static_router_files_and_hashes(saved: Path) -> None:
     r = load_router(saved)
     assert r.embedder_kind == "static" and r.metadata["format"] == ROUTER_FORMAT
     names = [f.name for f in r.files()]
-    assert names == ["router.npz", "router.npz.json", "router.npz.static.npy", "router.npz.tokenizer.json"]
+    assert names[:2] == ["router.npz", "router.npz.json"]
+    assert re.fullmatch(r"static-[0-9a-f]{16}\.npy", names[2]) and names[3] == names[2][:-4] + ".tokenizer.json"
     meta = json.loads(saved.with_name("router.npz.json").read_text())
     assert set(meta["files"]) == {"weights", "table", "tokenizer"}
     for entry in meta["files"].values():
@@ -116,11 +118,42 @@ def test_static_embedding_is_model2vecs(static: StaticEmbedder) -> None:
     assert not static.embed([""]).any() and np.isfinite(ours).all()  # no token -> zero vector, no NaN
 
 
+def test_models_saved_in_one_folder_share_one_table(saved: Path, static: StaticEmbedder, gsm8k, tmp_path: Path) -> None:
+    """A ladder, another ladder and a multi router saved side by side: one table and one tokenizer on disk, named
+    by their content and written once (the cache's routers/ held a 15 MB copy per router before); each model
+    loads, and a damaged shared table is refused by every model that names it."""
+    from boute.quality.multi import load_multi_router, train_multi_router
+
+    ladder = load_router(saved)
+    a = ladder.save(tmp_path / "a.npz")
+    table = next(tmp_path.glob("static-*.npy"))
+    written = table.stat().st_ino
+    b = ladder.save(tmp_path / "b.npz")
+    train = np.setdiff1d(np.arange(len(gsm8k)), ladder.metadata["split"]["test_indices"])
+    head = (ladder.head, float(ladder.metadata["C"]))
+    multi = train_multi_router(gsm8k, [MIXTRAL, GPT4], train, static, seed=0, level_head=head).save(tmp_path / "m.npz")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("static-")) == [
+        table.name,
+        table.name[:-4] + ".tokenizer.json",
+    ]
+    assert table.stat().st_ino == written  # found with the same content: not written again
+    assert load_router(a).files()[2:] == load_router(b).files()[2:] == load_multi_router(multi.path).files()[2:]
+    np.testing.assert_array_equal(load_router(b).score(gsm8k.prompts[:50]), ladder.score(gsm8k.prompts[:50]))
+    bad = bytearray(table.read_bytes())
+    bad[-3] ^= 0x01
+    table.write_bytes(bytes(bad))
+    for load, path in ((load_router, a), (load_router, b), (load_multi_router, tmp_path / "m.npz")):
+        with pytest.raises(SpecError, match=r"files\.table\.sha256: hash mismatch"):
+            load(path)
+    ladder.save(tmp_path / "c.npz")  # a save finds the damaged file and writes the table again
+    load_router(a)
+
+
 def test_tampered_or_missing_files_are_refused(saved: Path, tmp_path: Path) -> None:
     for f in load_router(saved).files():
         (tmp_path / f.name).write_bytes(f.read_bytes())
     r = tmp_path / "router.npz"
-    table = tmp_path / "router.npz.static.npy"
+    table, tok = (tmp_path / f.name for f in load_router(saved).files()[2:])
     good = table.read_bytes()
     bad = bytearray(good)
     bad[-3] ^= 0x01  # one bit of one float16
@@ -128,12 +161,11 @@ def test_tampered_or_missing_files_are_refused(saved: Path, tmp_path: Path) -> N
     with pytest.raises(SpecError) as exc:
         load_router(r)
     msg = str(exc.value)
-    assert "\n" not in msg and "router.npz.static.npy" in msg and "files.table.sha256" in msg and "mismatch" in msg
+    assert "\n" not in msg and table.name in msg and "files.table.sha256" in msg and "mismatch" in msg
     table.write_bytes(good)
     load_router(r)
-    tok = tmp_path / "router.npz.tokenizer.json"
     tok.rename(tmp_path / "elsewhere.json")
-    with pytest.raises(SpecError, match=r"router\.npz\.tokenizer\.json: files\.tokenizer: file not found"):
+    with pytest.raises(SpecError, match=rf"{re.escape(tok.name)}: files\.tokenizer: file not found"):
         load_router(r)
     (tmp_path / "elsewhere.json").rename(tok)
     w = r.read_bytes()
@@ -198,12 +230,8 @@ def test_cli_trains_static_by_default(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run_cli(args).returncode == 0
     train = json.loads(capsys.readouterr().out)
     assert train["embedder"] == "static" and train["n_test"] == 80
-    assert [Path(f).name for f in train["files"]] == [
-        "mt.npz",
-        "mt.npz.json",
-        "mt.npz.static.npy",
-        "mt.npz.tokenizer.json",
-    ]
+    names = [Path(f).name for f in train["files"]]
+    assert names[:2] == ["mt.npz", "mt.npz.json"] and re.fullmatch(r"static-[0-9a-f]{16}\.npy", names[2])
     assert run_cli(["router", "eval", "--profile", "builtin:mt-bench", "--router", str(out), "--json"]).returncode == 0
     ev = json.loads(capsys.readouterr().out)
     assert ev["n_test"] == 80 and 0.0 < ev["apgr"] < 1.2

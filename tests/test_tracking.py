@@ -57,7 +57,7 @@ def test_migrations_create_the_schema_and_are_idempotent(db_url: str) -> None:
     names = set(inspect(s2.engine).get_table_names())
     assert {"experiments", "trials", "pareto_fronts", "plans", "alembic_version"} | PROFILE_TABLES <= names
     with s2.engine.connect() as c:
-        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
     s2.close()
 
 
@@ -331,14 +331,14 @@ def test_migration_upgrades_a_0001_database_in_place(db_url: str) -> None:
             )
     finally:
         eng.dispose()
-    store = open_store(db_url)  # migrates 0001 -> 0004
+    store = open_store(db_url)  # migrates 0001 -> 0005
     try:
         names = set(inspect(store.engine).get_table_names())
         assert names >= PROFILE_TABLES
         indexes = {i["name"] for i in inspect(store.engine).get_indexes("profile_runs")}
         assert "ix_profile_runs_gpu" in indexes
         with store.engine.connect() as c:
-            assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+            assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
         old = store.experiment("old")
         assert old is not None and (old.strategy, old.seed, old.status) == ("random", 3, "complete")
         run_id = store.add_profile_run(_run(), [_point(1, 40.0)])
@@ -377,7 +377,7 @@ def test_migration_0003_names_the_axes_of_existing_fronts(db_url: str) -> None:
             )
     finally:
         eng.dispose()
-    store = open_store(db_url)  # migrates 0002 -> 0004
+    store = open_store(db_url)  # migrates 0002 -> 0005
     try:
         (old,) = store.fronts(exp_id)
         assert old.axes == "quality,p95_latency_s" and old.hypervolume == 0.5

@@ -44,11 +44,20 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
 
     moved = _move(made, tmp_path / "moved")
 
-    r = _boute("verify", "--plan", "plan.json", "--duration", "40", "--speedup", "8", "--json", cwd=moved)
+    r = _boute("verify", "--plan", "plan.json", "--duration", "40", "--speedup", "8", "--json", "--explain", cwd=moved)
     assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict
     out = json.loads(r.stdout)
     m = out["measured"]
     assert m["requests"] > 50 and m["failed"] == 0
+    # --explain: every answer says why, by the plan's thresholds, each tier's scores on its side of them
+    why = out["explain"]
+    assert (why["explained"], why["unexplained"], why["inconsistent"]) == (m["requests"], 0, 0)
+    cut = [round(t, 4) for t in plan.routing.thresholds]
+    for t in why["tiers"]:
+        assert t["how"] == {"threshold": t["requests"]} and t["requests"] == round(
+            m["shares"][t["tier"]] * m["requests"]
+        )
+        assert set(t["above"]) | set(t["upto"]) <= set(cut)
     assert m["answers_match_profile"] == 1.0  # every answer is the answering tier's own recorded one
     names = {c["name"] for c in out["checks"]}
     assert {"share small", "share large", "quality", "quality 95% LCB", "P95 (s)", "failed requests"} <= names
@@ -59,8 +68,11 @@ def test_optimised_plan_moved_and_verified_under_its_own_traffic(tmp_path: Path)
     promised = plan.predicted.tier_shares
     assert abs(m["shares"].get("large", 0.0) - promised[1]) < 0.15, (m["shares"], promised)
 
-    r = _boute("verify", "--plan", "plan.json", "--duration", "10", "--speedup", "8", "--tol-p95", "0", cwd=moved)
+    r = _boute(
+        "verify", "--plan", "plan.json", "--duration", "10", "--speedup", "8", "--tol-p95", "0", "--explain", cwd=moved
+    )  # fmt: skip
     assert r.returncode == 1 and "NOT verified" in r.stdout, r.stdout + r.stderr
+    assert "why requests went where they went" in r.stdout and "threshold" in r.stdout, r.stdout
 
 
 @pytest.mark.slow
@@ -81,14 +93,22 @@ def test_a_cascade_is_judged_by_the_verifier_it_was_optimised_with(tmp_path: Pat
     assert rt.mode == "cascade" and rt.judge == "verifier" and rt.thresholds is not None and rt.router is None
     assert rt.verifier is not None and rt.verifier.startswith("plan.bundle/verifier-")
     # the static verifier's weights, metadata, token table and tokenizer: nothing else (no router, no MiniLM)
-    ext = (".json", ".static.npy", ".tokenizer.json")
-    assert {a.path for a in plan.artifacts} == {rt.verifier, *(rt.verifier + e for e in ext)}
+    # (the table and tokenizer are named by their content: static-<hash>.npy and .tokenizer.json)
+    files = {a.path for a in plan.artifacts} - {rt.verifier, rt.verifier + ".json"}
+    assert sorted(Path(f).suffix for f in files) == [".json", ".npy"], files
+    assert all(Path(f).parent == Path(rt.verifier).parent for f in files)
     moved = _move(made, tmp_path / "moved")
 
-    r = _boute("verify", "--plan", "plan.json", "--duration", "60", "--speedup", "4", "--json", cwd=moved)
+    r = _boute("verify", "--plan", "plan.json", "--duration", "60", "--speedup", "4", "--json", "--explain", cwd=moved)
     assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict
     out = json.loads(r.stdout)
     m, checks = out["measured"], {c["name"]: c for c in out["checks"]}
+    # --explain: the verifier's verdict at the first hop, its scores on the right side of its threshold
+    first = out["explain"]["hops"][0]
+    assert first["tier"] == "small" and first["reached"] == m["requests"] and out["explain"]["inconsistent"] == 0
+    assert first["threshold"] == round(rt.thresholds[0], 4)
+    passed_over = first["verdicts"].get("escalated", 0) + first["verdicts"].get("judge-failed", 0)
+    assert passed_over == round(checks["escalated"]["measured"] * m["requests"])
     assert m["requests"] > 120 and m["failed"] == 0 and m["answers_match_profile"] == 1.0
     assert {"share small", "share large", "escalated", "accepted at small", "quality"} <= set(checks)
     promised = plan.predicted.tier_shares

@@ -24,6 +24,7 @@ from typing import Any
 import typer
 
 from boute.cli.options import DEPLOY_DIR, deployment_dir, positive
+from boute.cli.prometheus_config import PROMETHEUS_OPTION
 from boute.errors import BouteError
 from boute.serving.registry import DEFAULT_REDIS_URL
 
@@ -156,6 +157,7 @@ def up_cmd(
     timeout: float = typer.Option(
         600.0, "--timeout", callback=positive, help="seconds to wait for the fleet to be ready"
     ),
+    prometheus_config: Path | None = PROMETHEUS_OPTION,
     as_json: bool = _JSON,
 ) -> None:
     """Deploy a plan; while one runs, a rolling update to it."""
@@ -177,7 +179,7 @@ def up_cmd(
         replica_host=replica_host,
         timeout=timeout,
     )
-    _deploy(plan, d, opts, as_json=as_json, running=running(read_state(d)))
+    _deploy(plan, d, opts, as_json=as_json, running=running(read_state(d)), prometheus=prometheus_config)
 
 
 def status_cmd(directory: Path | None = DEPLOY_DIR, as_json: bool = _JSON) -> None:
@@ -230,8 +232,11 @@ def _down(d: Path, as_json: bool = False) -> None:
     )
 
 
-def _deploy(plan_path: Path, d: Path, opts: DeployOptions, *, as_json: bool, running: bool) -> None:
-    """``deploy up``: a rolling update where a deployment runs in ``d``, else a new controller started there."""
+def _deploy(
+    plan_path: Path, d: Path, opts: DeployOptions, *, as_json: bool, running: bool, prometheus: Path | None = None
+) -> None:
+    """``deploy up``: a rolling update where a deployment runs in ``d``, else a new controller started there;
+    with ``prometheus``, a Prometheus config for it written there (its line on stderr under ``--json``)."""
     opts.check()
     if running:
         if opts.replica_host is not None:
@@ -240,6 +245,10 @@ def _deploy(plan_path: Path, d: Path, opts: DeployOptions, *, as_json: bool, run
     else:
         st = _start(plan_path, d, opts)
     typer.echo(json.dumps(st, indent=2) if as_json else _table(st))
+    if prometheus is not None:
+        from boute.cli.prometheus_config import for_deployment
+
+        typer.echo(for_deployment(prometheus, d, st), err=as_json)
 
 
 def _replica_host(opts: DeployOptions) -> str:
@@ -353,4 +362,8 @@ def roll_out(plan_path: Path, d: Path, *, target: str | None = None, timeout: fl
     copy_plan(plan_path, p, d / DESIRED_FILE)  # the plan and its bundle files, where the controller reads
     write_catalog(p, sc, d / "catalog.yaml")
     os.kill(int(st["pid"]), signal.SIGHUP)
-    return _wait(d, int(st.get("generation", 0)), timeout)
+    done = _wait(d, int(st.get("generation", 0)), timeout)
+    from boute.cli.prometheus_config import refresh_deployment
+
+    refresh_deployment(d, done)  # the replicas moved: Prometheus' target files follow
+    return done

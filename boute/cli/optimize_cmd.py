@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from boute.cli.options import TRACKING_DB
+from boute.cli.options import REPORT, TRACKING_DB
 from boute.optimize.objectives import tie_key
 from boute.optimize.registry import EVALUATORS, STRATEGIES
 from boute.optimize.settings import default_of, help_of, option_decl
@@ -126,6 +126,7 @@ def optimize_cmd(
     confirm_with: str = CONFIRM_WITH,
     max_confirm: int = MAX_CONFIRM,
     plot: Path | None = PLOT,
+    report: Path | None = REPORT,
     quiet: bool = QUIET,
     calibration: Path | None = CALIBRATION,
     redis: str = REDIS,
@@ -170,10 +171,14 @@ def optimize_cmd(
         redis_url=redis,
         search=search,
     )
-    _run(req, quiet)
+    run = _run(req, quiet)
+    if report is not None:
+        from boute.report.publish import write_report
+
+        typer.echo(f"  report: {write_report(db, run.summary.experiment, report)}")
 
 
-def _run(req: PlanRequest, quiet: bool) -> None:
+def _run(req: PlanRequest, quiet: bool) -> PlanRun:
     """Make the plan with a progress bar (which goes before anything else is said), then say what was done."""
     from boute.optimize.plan_run import make_plan, prepare_search_process
 
@@ -188,6 +193,7 @@ def _run(req: PlanRequest, quiet: bool) -> None:
     with progress:
         run = make_plan(req, on_trial=progress.update, on_searched=searched, clock=progress.clock)
     _summary(run)
+    return run
 
 
 class _Progress:

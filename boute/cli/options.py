@@ -8,6 +8,10 @@ import typer
 
 #: the tracking DB option of the commands that read or write it (`boute experiments`, `boute profile`, `optimize`)
 TRACKING_DB = typer.Option(None, "--db", help="tracking DB URL (default sqlite:///boute.db)")
+#: the ``--report`` option of `boute optimize` and `boute verify`: the experiment's page (`boute report`)
+REPORT = typer.Option(
+    None, "--report", help="write the experiment's report here: one self-contained HTML file (as boute report)"
+)
 #: the deployment state folder option of `boute deploy ...`, `boute replan` and `boute status`
 DEPLOY_DIR = typer.Option(None, "--dir", help="deployment state folder [~/.boute/deploy]")
 

@@ -78,11 +78,13 @@ class ServeStack:
             wait_http(f"http://{c.host}:{c.port}/health", 60, self.children)
         return len(configs)
 
-    def start_gateway(self, ready_timeout_s: float = 120.0) -> None:
+    def start_gateway(self, ready_timeout_s: float = 120.0, workers: int = 1) -> None:
+        """The gateway: one process, or a supervisor and ``workers`` worker processes on the port (ready when
+        the first listens; router.workers)."""
         from backends.emulated.launch import wait_http
 
         cmd = [sys.executable, "-m", "router", "--plan", str(self.plan_path), "--host", self.host]
-        cmd += ["--port", str(self.port)]
+        cmd += ["--port", str(self.port), "--workers", str(workers)]
         if self.backends is not None:
             cmd += ["--backends", str(self.backends)]
         if self.redis:

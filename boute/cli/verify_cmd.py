@@ -1,7 +1,9 @@
 """``boute verify``: serve a plan (or use a running gateway), replay its scenario's traffic, and compare.
 
 Prints the plan's promise beside the measurement (per-tier share, quality, P50/P95, failures) and exits 1
-when a check falls outside its tolerance, so a CI job or a deploy script can gate on it.
+when a check falls outside its tolerance, so a CI job or a deploy script can gate on it. ``--explain`` adds
+why the replayed requests went where they went, by tier, from the answers' route reasons
+(:mod:`boute.serving.explain`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from boute.cli.options import fraction, positive
+from boute.cli.options import REPORT, TRACKING_DB, fraction, positive
 
 #: the load generator's per-request timeout unless ``--timeout`` says otherwise, model seconds
 DEFAULT_TIMEOUT_S = 120.0
 
 if TYPE_CHECKING:
+    from boute.serving.explain import Explanation
     from boute.serving.verify import Requests, Tolerances, Verdict
     from boute.specs import Plan, Scenario
 
@@ -50,7 +53,12 @@ def register(app: typer.Typer) -> None:
         tol_share: float = typer.Option(0.02, "--tol-share", callback=fraction, help="per-tier share, absolute"),
         tol_quality: float = typer.Option(0.02, "--tol-quality", callback=fraction, help="quality, absolute"),
         tol_p95: float = typer.Option(0.15, "--tol-p95", callback=fraction, help="P95, relative to the promise"),
+        explain: bool = typer.Option(
+            False, "--explain", help="also summarise why requests went where they went, by tier (x-boute-reason)"
+        ),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+        db: str | None = TRACKING_DB,
+        report: Path | None = REPORT,
     ) -> None:
         """Replay the plan's scenario workload through its gateway; promised vs measured; exit 1 if outside."""
         from boute.errors import BouteError
@@ -63,7 +71,7 @@ def register(app: typer.Typer) -> None:
             raise BouteError(f"{plan}: scenario_spec: missing; verify replays the plan's own scenario (re-optimise)")
         tol = Tolerances(share=tol_share, quality=tol_quality, p95_rel=tol_p95)
         try:
-            verdict, info = run_verify(
+            verdict, info, why = run_verify(
                 plan,
                 p,
                 sc,
@@ -79,11 +87,40 @@ def register(app: typer.Typer) -> None:
         except (RuntimeError, TimeoutError) as exc:  # a replica or the gateway did not come up
             raise BouteError(f"verify: {exc}") from None
         if as_json:
-            typer.echo(json.dumps({**verdict.to_dict(), **info}, indent=2))
+            extra = {"explain": why.to_dict()} if explain else {}
+            typer.echo(json.dumps({**verdict.to_dict(), **info, **extra}, indent=2))
         else:
             _table(verdict, info)
+            if explain:
+                _explain_table(why)
+        _record(db, plan, p, verdict, info, report, as_json)
         if not verdict.ok:
             raise typer.Exit(1)
+
+
+def _record(
+    db: str | None, path: Path, plan: Plan, verdict: Verdict, info: dict[str, Any], report: Path | None, json_out: bool
+) -> None:
+    """File the verdict and how the replay ran in the tracking DB against the plan it checked, when the DB
+    exists and holds that plan (boute.report.publish says why there), and write the report of the plan's
+    experiment (``--report``); ``json_out``: stdout is the JSON verdict, so that is said on stderr."""
+    from boute.errors import BouteError
+    from boute.report.publish import existing_store, record_verification, write_report
+
+    store = existing_store(db)
+    experiment = None
+    if store is not None:
+        try:
+            experiment = record_verification(store, plan.model_dump(mode="json"), verdict.to_dict(), info, str(path))
+        finally:
+            store.close()
+    if report is None:
+        return
+    if experiment is None:
+        where = "there is no tracking DB at" if store is None else "the plan is not one recorded in"
+        url = db or "sqlite:///boute.db (the default)"
+        raise BouteError(f"--report: {where} {url}: pass the --db the plan was optimised with")
+    typer.echo(f"report written: {write_report(db, experiment, report)}", err=json_out)
 
 
 def run_verify(
@@ -99,8 +136,8 @@ def run_verify(
     tol: Tolerances,
     max_tokens: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> tuple[Verdict, dict[str, Any]]:
-    """Serve the plan here unless ``url`` is given, replay, score, compare.
+) -> tuple[Verdict, dict[str, Any], Explanation]:
+    """Serve the plan here unless ``url`` is given, replay, score, compare; and the answers' route reasons.
 
     ``max_tokens`` and ``timeout_s`` make a replay against a slow real engine mean something: SGLang on two CPU
     cores decodes ~1-5 tokens/s, so unbounded GSM8K answers outlived the fixed 120 s timeout and every request
@@ -110,6 +147,7 @@ def run_verify(
     from boute.cli.stack import ServeStack
     from boute.quality import quality_model_for
     from boute.quality.build import profile_for, tier_models
+    from boute.serving.explain import explain_routes
     from boute.serving.verify import build_requests, compare, measure
 
     qm = quality_model_for(sc)  # the plan's own router and its held-out split (the promise's prompts)
@@ -134,7 +172,8 @@ def run_verify(
                 info["gateway"] = f"boute serve --emulate at {stack.url}"
                 results = _generate(Path(tmp), stack.url, req, speedup, timeout_s)
     measured = measure(results, req.rows, profile, columns)
-    return compare(plan, measured, tol, capped_at=max_tokens if req.capped else None), info
+    why = explain_routes(plan.routing.tiers, results["tier"], results.get("reason") or [None] * len(results["tier"]))
+    return compare(plan, measured, tol, capped_at=max_tokens if req.capped else None), info, why
 
 
 def _generate(work: Path, url: str, req: Requests, speedup: float, timeout_s: float) -> dict[str, Any]:
@@ -182,3 +221,29 @@ def _table(verdict: Verdict, info: dict[str, Any]) -> None:
     for n in verdict.notes:
         typer.echo(f"note: {n}")
     typer.echo("verified: the plan serves as promised" if verdict.ok else "NOT verified: see the checks marked NO")
+
+
+def _explain_table(why: Explanation) -> None:
+    """Why the answered requests went where they went (``--explain``): per tier, then per cascade hop."""
+    typer.echo(f"why requests went where they went (x-boute-reason of {why.explained} answers):")
+    if why.unexplained:
+        typer.echo(f"  {why.unexplained} answers carried no readable reason (a gateway older than the header?)")
+    typer.echo(f"  {'tier':<12} {'requests':>8}  {'chosen by':<28} {'router score':<17} compared with")
+    for t in why.tiers:
+        how = ", ".join(f"{k} {n}" for k, n in t.how.items())
+        scores = "-" if t.score_min is None else f"{t.score_min:.4f}-{t.score_max:.4f}"
+        cut = [f"> {', '.join(f'{v:.4f}' for v in t.above)}"] if t.above else []
+        cut += [f"<= {', '.join(f'{v:.4f}' for v in t.upto)}"] if t.upto else []
+        if t.prices is not None:
+            cut.append("prices " + ", ".join(f"{p:.4f}" for p in t.prices))
+        typer.echo(f"  {t.tier:<12} {t.requests:>8}  {how:<28} {scores:<17} {' and '.join(cut) or '-'}")
+    if why.hops:
+        typer.echo(f"  {'cascade hop':<12} {'answers':>8}  {'verdicts':<44} judge score p10/p50/p90 vs threshold")
+        for h in why.hops:
+            verdicts = ", ".join(f"{k} {n}" for k, n in h.verdicts.items())
+            q = [h.judge_p10, h.judge_p50, h.judge_p90]
+            judged = "-" if q[1] is None else "/".join(f"{v:.3f}" for v in q if v is not None)
+            thr = "" if h.threshold is None else f" vs {h.threshold:.4f}"
+            typer.echo(f"  {h.tier:<12} {h.reached:>8}  {verdicts:<44} {judged}{thr}")
+    if why.inconsistent:
+        typer.echo(f"  {why.inconsistent} reasons contradict their own cut or the tier that answered: routed off plan")

@@ -8,6 +8,11 @@ Without the split a user sees only that a search is slow; with it they see wheth
 
 The phases of one plan, in order (top level, their sum plus ``other`` is the plan's wall time):
 
+* ``prepare``: the search evaluator and what it is built from: the scenario's quality model (its routers
+  and, for a cascade, its judge's scores) and request stream. On a fresh cache this is where the first-use
+  builds go, each a sub-phase (``prepare.static``: distilling the static embedding table, ``prepare.router``,
+  ``prepare.verifier``, ``prepare.tokens``, ``prepare.embed``; :mod:`boute.data.builds`); on a warm one it
+  only loads them (``make install`` builds them ahead: :mod:`boute.optimize.prepare`);
 * ``setup``: the space, the screens, the worker pool's start, resuming from the tracking DB;
 * ``propose``: the strategy's ``ask_batch``; a model-based strategy splits it into sub-phases
   (``propose.fit``, ``propose.pool``, ``propose.acquisition``);
@@ -28,14 +33,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 #: the top-level phases in the order a plan goes through them (module doc)
-PHASES = ("setup", "propose", "screen", "evaluate", "record", "confirm")
+PHASES = ("prepare", "setup", "propose", "screen", "evaluate", "record", "confirm")
 
 
 @dataclass
 class SearchClock:
-    """Seconds spent per phase (``"propose"``) and sub-phase (``"propose.fit"``), summed over the run."""
+    """Seconds spent per phase (``"propose"``) and sub-phase (``"propose.fit"``), summed over the run, and the
+    run's elapsed wall time (:meth:`elapsed`: what each trial is recorded with, ``trials.elapsed_s``).
+
+    ``started``: when the run began (``time.perf_counter``); ``resumed_s``: the wall time earlier runs of a
+    resumed experiment took (its stored trials' last ``elapsed_s``), so a resumed experiment's trials keep
+    counting from where it stopped, the time between the runs left out."""
 
     seconds: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+    resumed_s: float = 0.0
+
+    def elapsed(self) -> float:
+        """Seconds of the experiment's runs so far: ``resumed_s`` plus this run's since ``started``."""
+        return self.resumed_s + time.perf_counter() - self.started
 
     def add(self, phase: str, seconds: float) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + max(0.0, float(seconds))

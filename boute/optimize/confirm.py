@@ -134,7 +134,7 @@ def confirm(
     """
     tg = out.space.scenario.goal
     budget = 3 * max_points if max_evals is None else max(1, max_evals)
-    tracked = TrackedExperiment(store, out.experiment_id, out.experiment_name)
+    tracked = TrackedExperiment(store, out.experiment_id, out.experiment_name, out.clock)
     run = _Confirming(out, tracked)
     first = distinct(candidates(out.trials, out.objective, tg), min(max_points, budget))
     checked = _recheck(run, evaluator, first)  # the search trials whose plans were confirmed

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from boute.optimize.clock import SearchClock
 from boute.optimize.records import trial_from_row, trial_row
 from boute.optimize.settings import SearchSettings
 from boute.optimize.status import ExperimentStatus
@@ -61,15 +62,20 @@ def settings_of(scenario: Scenario, settings: SearchSettings) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TrackedExperiment:
-    """Where a search's trials go: experiment ``experiment_id`` of ``store`` (both None: not tracked)."""
+    """Where a search's trials go: experiment ``experiment_id`` of ``store`` (both None: not tracked);
+    ``clock``: the run's clock, whose elapsed seconds each trial is recorded with (None: not recorded)."""
 
     store: TrialStore | None
     experiment_id: int | None
     name: str | None
+    clock: SearchClock | None = None
 
     def add_trial(self, t: Trial) -> None:
         if self.store is not None and self.experiment_id is not None:
-            self.store.add_trial(self.experiment_id, trial_row(t))
+            row = trial_row(t)
+            if self.clock is not None:
+                row["elapsed_s"] = round(self.clock.elapsed(), 3)
+            self.store.add_trial(self.experiment_id, row)
 
     def set_status(self, status: ExperimentStatus, **records: Any) -> None:
         if self.store is not None and self.experiment_id is not None:
@@ -93,9 +99,11 @@ def open_experiment(
     strategy: str,
     evaluator: str,
     start: Sequence[Trial] = (),
+    clock: SearchClock | None = None,
 ) -> Opened:
     """Open (or resume) the experiment of a search with ``settings``, run as ``strategy`` with ``evaluator``
-    (the names recorded), and record its warm start ``start`` when no stored trials resume it."""
+    (the names recorded), and record its warm start ``start`` when no stored trials resume it. ``clock``: the
+    run's, set to go on from the wall time a resumed experiment's stored trials reached."""
     tracked = TrackedExperiment(None, None, settings.experiment)
     trials: list[Trial] = []
     warm = 0  # trials taken from ``start``
@@ -105,8 +113,11 @@ def open_experiment(
         exp, _ = store.open_experiment(
             name, scenario=scenario.name, strategy=strategy, evaluator=evaluator, seed=settings.seed, settings=doc
         )
-        tracked = TrackedExperiment(store, exp.id, name)
-        trials = [trial_from_row(r) for r in store.trial_rows(exp.id)]
+        tracked = TrackedExperiment(store, exp.id, name, clock)
+        rows = store.trial_rows(exp.id)
+        trials = [trial_from_row(r) for r in rows]
+        if clock is not None:
+            clock.resumed_s = max((r.elapsed_s or 0.0 for r in rows), default=0.0)
         warm = int(exp.settings.get("warm_start", 0)) if trials else 0  # a resumed warm start keeps its count
         tracked.set_status(ExperimentStatus.RUNNING, max_evals=settings.max_evals)
     if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it

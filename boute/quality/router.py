@@ -21,7 +21,10 @@ same held-out APGR within noise; the figures are in docs/quality.md and bench/re
 A router is persisted as files side by side, named after ``<out>``:
 
 - ``<out>``: the weights (``.npz``: numpy only, no pickle, so the gateway loads it without scikit-learn);
-- ``<out>.static.npy`` + ``<out>.tokenizer.json``: the static embedder's table and tokenizer (static only);
+- ``static-<hash>.npy`` + ``static-<hash>.tokenizer.json``: the static embedder's table and tokenizer (static
+  only), named by their content, so the routers and verifiers of one folder share one copy
+  (:meth:`~boute.quality.static_embed.StaticEmbedder.save_shared`; before, ``<out>.static.npy`` and
+  ``<out>.tokenizer.json``, which still load: a model's metadata names its files);
 - ``<out>.json``: metadata (tiers, embedder settings, profile and held-out split, test metrics) and
   ``files``: ``{role: {"name", "sha256"}}`` for every other file, so a plan bundle can copy them and
   :func:`load_router` refuses a missing or altered one. ``Router.files()`` lists all of them.
@@ -31,6 +34,7 @@ Routers saved before the static embedder (``boute-router/1``: MiniLM, no ``files
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -56,7 +60,7 @@ from boute.quality.head import (
 )
 from boute.quality.profiles import QualityProfile
 from boute.quality.static_embed import StaticEmbedder, static_from_metadata
-from boute.specs.io import sha256_file, write_atomic
+from boute.specs.io import write_atomic
 
 ROUTER_FORMAT = "boute-router/2"
 LEGACY_FORMATS = ("boute-router/1",)  # MiniLM routers without a ``files`` list
@@ -209,21 +213,14 @@ class Router:
             feat_std=self.feat_std,
         )
         write_atomic(p, buf.getvalue())
-        written = {"weights": p}
+        written = {"weights": (p, hashlib.sha256(buf.getvalue()).hexdigest())}
         if self.static is not None:
-            written["table"], written["tokenizer"] = (
-                p.with_name(p.name + TABLE_SUFFIX),
-                p.with_name(p.name + TOK_SUFFIX),
-            )
-            self.static.save(written["table"], written["tokenizer"])
+            written |= self.static.save_shared(p.parent)
         meta = dict(self.metadata)
-        meta["files"] = {role: {"name": f.name, "sha256": sha256_file(f)} for role, f in written.items()}
+        meta["files"] = {role: {"name": f.name, "sha256": digest} for role, (f, digest) in written.items()}
         write_atomic(meta_path(p), json.dumps(meta, indent=2) + "\n")
         self.metadata, self.path = meta, p
         return p
-
-
-TABLE_SUFFIX, TOK_SUFFIX = ".static.npy", ".tokenizer.json"
 
 
 def load_router(path: str | Path, cache_dir: Path | None = None) -> Router:

@@ -14,14 +14,17 @@ one live prompt does not pay that class's batching machinery; tests check both a
 Distillation needs torch + transformers + model2vec and takes 1-4 minutes on two shared cores (70 s
 quiet, 240 s at load average 6: one MiniLM pass per vocabulary token, 29.5k of them); its result is
 cached under ``$BOUTE_CACHE_DIR/static/<key>/`` (``table.npy`` float16, ``tokenizer.json``, ``info.json``),
-the key hashing the MiniLM fingerprint, model2vec's version and the distillation settings. A router
-trained on it keeps its own copy of the table and tokenizer beside its weights (see
-:mod:`boute.quality.router`), so the cache is only a build-time convenience.
+the key hashing the MiniLM fingerprint, model2vec's version and the distillation settings. ``make install``
+distils it ahead (``python -m boute.optimize.prepare``), so a first search does not. A router trained on it
+keeps the table and tokenizer beside its weights, named by their content (:meth:`StaticEmbedder.save_shared`:
+the routers of one folder share one copy; see :mod:`boute.quality.router`), so the cache is only a build-time
+convenience.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -36,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from boute.errors import SpecError
-from boute.specs.io import write_atomic
+from boute.specs.io import sha256_file, write_atomic
 
 TABLE_FILE, TOKENIZER_FILE, INFO_FILE = "table.npy", "tokenizer.json", "info.json"
 #: text the fast path handles exactly like the tokenizer: printable ASCII plus tab/newline/return
@@ -175,6 +178,26 @@ class StaticEmbedder:
         write_atomic(table_path, lambda fh: np.save(fh, self.table, allow_pickle=False))
         write_atomic(tokenizer_path, self.tokenizer_json)
 
+    def save_shared(self, folder: Path) -> dict[str, tuple[Path, str]]:
+        """Write the table and tokenizer into ``folder`` under names taken from their content,
+        ``static-<hash>.npy`` and ``static-<hash>.tokenizer.json``, unless files with that content are there
+        already: every router and verifier saved in one folder with this embedder shares one 15 MB table (the
+        cache's ``routers/`` held a copy per router before). Returns ``{role: (path, sha256)}`` for the
+        ``table`` and ``tokenizer`` roles a saved model's metadata lists."""
+        table = io.BytesIO()
+        np.save(table, self.table, allow_pickle=False)
+        blobs = {"table": table.getvalue(), "tokenizer": self.tokenizer_json.encode()}
+        digests = {role: hashlib.sha256(blob).hexdigest() for role, blob in blobs.items()}
+        stem = "static-" + hashlib.sha256((digests["table"] + digests["tokenizer"]).encode()).hexdigest()[:16]
+        out: dict[str, tuple[Path, str]] = {}
+        for role, suffix in (("table", ".npy"), ("tokenizer", ".tokenizer.json")):
+            path = folder / f"{stem}{suffix}"
+            blob, digest = blobs[role], digests[role]
+            if not (path.is_file() and path.stat().st_size == len(blob) and sha256_file(path) == digest):
+                write_atomic(path, blob)  # atomic: a reader of another model sharing it sees the same bytes
+            out[role] = (path, digest)
+        return out
+
     @classmethod
     def load(
         cls, table_path: Path, tokenizer_path: Path, *, max_tokens: int = 512, info: dict[str, Any] | None = None
@@ -209,10 +232,13 @@ def static_from_metadata(files: dict[str, Path], embedder: dict[str, Any]) -> St
 
 def load_static(settings: StaticSettings | None = None, cache_dir: Path | str | None = None) -> StaticEmbedder:
     """The distilled embedder for ``settings``: from the cache, distilling it first if it is not there."""
+    from boute.data.builds import building
+
     settings = settings or StaticSettings()
     d = static_dir(settings, cache_dir)
     if not all((d / f).is_file() for f in (TABLE_FILE, TOKENIZER_FILE, INFO_FILE)):
-        distill_static(settings, cache_dir)
+        with building("static"):
+            distill_static(settings, cache_dir)
     info = json.loads((d / INFO_FILE).read_text())
     return StaticEmbedder.load(d / TABLE_FILE, d / TOKENIZER_FILE, max_tokens=settings.max_tokens, info=info)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from boute.data import cache_dir as default_cache_dir
+from boute.data.builds import building
 from boute.errors import SpecError
 from boute.quality.multi import MULTI_FORMAT, MultiRouter, load_multi_router, train_multi_router
 from boute.quality.profiles import QualityProfile
@@ -86,10 +87,10 @@ def trained_ladder(
             return load_router(path, cache_dir), train, test, path
         except (SpecError, KeyError, ValueError, OSError):
             pass
-    router, train, test = train_router(
-        profile, models, seed=seed, test_fraction=test_fraction, static=load_static(cache_dir=cache_dir)
-    )
-    router.save(path)
+    static = load_static(cache_dir=cache_dir)
+    with building("router"):
+        router, train, test = train_router(profile, models, seed=seed, test_fraction=test_fraction, static=static)
+        router.save(path)
     return router, train, test, path
 
 
@@ -118,10 +119,12 @@ def trained_multi_router(
             return load_multi_router(path), path
         except (SpecError, KeyError, ValueError, OSError):
             pass
-    if ladder is not None and ladder.static is not None:
-        head = (ladder.head, float(ladder.metadata["C"]))
-        trained = train_multi_router(profile, models, train, ladder.static, seed=seed, level_head=head)
-    else:
-        trained = train_multi_router(profile, models, train, load_static(cache_dir=cache_dir), seed=seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return trained.save(path), path
+    static, head = (
+        (ladder.static, (ladder.head, float(ladder.metadata["C"])))
+        if ladder is not None and ladder.static is not None
+        else (load_static(cache_dir=cache_dir), None)
+    )
+    with building("router"):
+        trained = train_multi_router(profile, models, train, static, seed=seed, level_head=head)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return trained.save(path), path

@@ -8,8 +8,8 @@ the bottleneck. Time compression: with backends ``speedup`` times faster than mo
 
 ``python -m boute.serving.loadgen REQUESTS.json RESULTS.json``: the input holds ``url``, ``path``,
 ``send_at`` (model seconds), ``bodies`` (JSON strings), ``speedup`` and ``timeout_s``; the output holds
-per request ``status`` (0: transport error or timeout), ``latency_s``, ``tier`` and ``text``, plus
-``wall_s`` and ``cpu_s`` of the generator.
+per request ``status`` (0: transport error or timeout), ``latency_s``, ``tier``, ``reason`` (the route's
+reason, :mod:`boute.serving.reason`) and ``text``, plus ``wall_s`` and ``cpu_s`` of the generator.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from boute.serving.reason import HEADER as REASON
 
 
 def _cpu_s() -> float:
@@ -38,6 +40,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     n = len(bodies)
     status, latency = [0] * n, [float("nan")] * n
     tier: list[str | None] = [None] * n
+    reason: list[str | None] = [None] * n
     text: list[str | None] = [None] * n
     timeout = aiohttp.ClientTimeout(total=float(spec.get("timeout_s", 120.0)) / speedup)
     headers = {"content-type": "application/json"}
@@ -58,6 +61,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                     if r.status == 200:
                         latency[i] = (loop.time() - start) * speedup
                         tier[i] = r.headers.get("x-boute-tier")
+                        reason[i] = r.headers.get(REASON)
                         msg = json.loads(payload)["choices"][0]
                         text[i] = (msg.get("message") or {}).get("content", msg.get("text"))
             except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
@@ -69,6 +73,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "status": status,
         "latency_s": latency,
         "tier": tier,
+        "reason": reason,
         "text": text,
         "wall_s": wall,
         "cpu_s": _cpu_s() - cpu0,

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2.0 models of experiment tracking: experiments, trials, Pareto fronts, plans, profiling runs.
+"""SQLAlchemy 2.0 models of experiment tracking: experiments, trials, Pareto fronts, plans, verifications,
+profiling runs.
 
 JSON columns hold what varies by strategy and evaluator (parameters, metrics, plan documents); the fixed
 columns are what queries filter and order on. ``(experiment_id, index)`` is unique: a trial can never be
@@ -11,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -54,7 +55,10 @@ class TrialRow(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    wall_s: Mapped[float] = mapped_column(Float, default=0.0)
+    wall_s: Mapped[float] = mapped_column(Float, default=0.0)  # the evaluation's own seconds
+    # seconds of the experiment's runs when the trial was recorded (migration 0005): from the run's start,
+    # plus what earlier runs of a resumed experiment took; NULL for trials recorded before it was kept
+    elapsed_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
@@ -86,6 +90,22 @@ class PlanRow(Base):
     predicted: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     confirmed: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class VerificationRow(Base):
+    """One ``boute verify`` of a recorded plan (migration 0005): its verdict (``Verdict.to_dict``: every check
+    promised vs measured, the measurement) and how the replay ran (rate, duration, gateway), for the report."""
+
+    __tablename__ = "verifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    verdict: Mapped[dict[str, Any]] = mapped_column(JSON)
+    info: Mapped[dict[str, Any]] = mapped_column(JSON)
+    plan_path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

@@ -18,11 +18,20 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from boute.errors import BouteError
-from boute.tracking.models import Experiment, ParetoFront, PlanRow, ProfilePoint, ProfileRun, ReplanRow, TrialRow
+from boute.tracking.models import (
+    Experiment,
+    ParetoFront,
+    PlanRow,
+    ProfilePoint,
+    ProfileRun,
+    ReplanRow,
+    TrialRow,
+    VerificationRow,
+)
 
 DEFAULT_URL = "sqlite:///boute.db"
 #: settings keys a run records about itself (not what it was asked to do): a resume need not match them
-RUN_RECORDS = frozenset({"max_evals", "phase_s", "screen_counts", "warm_start"})
+RUN_RECORDS = frozenset({"max_evals", "phase_s", "wall_s", "screen_counts", "warm_start"})
 
 _POINT_COLUMNS = tuple(c.key for c in ProfilePoint.__table__.columns if c.key not in ("id", "run_id"))
 _RUN_COLUMNS = tuple(c.key for c in ProfileRun.__table__.columns if c.key != "id")
@@ -220,6 +229,46 @@ class Store:
     def plans(self, experiment_id: int) -> list[PlanRow]:
         with self.tx() as s:
             return list(s.scalars(select(PlanRow).where(PlanRow.experiment_id == experiment_id).order_by(PlanRow.id)))
+
+    def plan_row_of(self, doc: dict[str, Any]) -> PlanRow | None:
+        """The recorded plan that the plan document ``doc`` is (the newest, if several), or None.
+
+        The same plan is the same creation time and the same deployment: a plan file holds what was built plus
+        its bundle, scenario and balance weights, and rows written before plans were recorded as written hold
+        only the former, so whole documents cannot be compared. Plans are few (one per optimisation): they are
+        compared here rather than by a JSON query each database spells its own way."""
+        with self.tx() as s:
+            rows = s.scalars(select(PlanRow).order_by(PlanRow.id.desc()))
+            for r in rows:
+                p = r.plan or {}
+                if p.get("created_at") == doc.get("created_at") and p.get("deployment") == doc.get("deployment"):
+                    return r
+        return None
+
+    # ---- verifications ----------------------------------------------------------------------------
+    def add_verification(
+        self, plan: PlanRow, verdict: dict[str, Any], info: dict[str, Any], plan_path: str | None = None
+    ) -> int:
+        """Record one ``boute verify`` of the recorded ``plan``: its verdict (``Verdict.to_dict``) and how the
+        replay ran; non-finite figures (an unmeasured P95) become NULL. Returns its id."""
+        with self.tx() as s:
+            row = VerificationRow(
+                plan_id=plan.id,
+                experiment_id=plan.experiment_id,
+                ok=bool(verdict.get("ok")),
+                verdict=finite(verdict),
+                info=finite(info),
+                plan_path=plan_path,
+            )
+            s.add(row)
+            s.flush()
+            return int(row.id)
+
+    def verifications(self, experiment_id: int) -> list[VerificationRow]:
+        """The verifications of the experiment's plans, oldest first."""
+        with self.tx() as s:
+            q = select(VerificationRow).where(VerificationRow.experiment_id == experiment_id)
+            return list(s.scalars(q.order_by(VerificationRow.id)))
 
     # ---- profiling runs -------------------------------------------------------------------------
     def add_profile_run(self, run: dict[str, Any], points: list[dict[str, Any]]) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from boute.data import cache_dir
+from boute.data.builds import building
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -101,7 +102,8 @@ def cached_counts(key_parts: Sequence[str | bytes], columns: Mapping[str, Sequen
                 return {name: data[name].astype(np.int64) for name in columns}
     except (OSError, ValueError, EOFError):
         pass
-    out = {name: count_tokens(texts) for name, texts in columns.items()}
+    with building("tokens"):
+        out = {name: count_tokens(texts) for name, texts in columns.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
