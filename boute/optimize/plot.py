@@ -177,6 +177,17 @@ def _target_lines(ax: Any, xk: str, yk: str, styles: dict[str, AxisStyle]) -> No
         )
 
 
+#: how the written plan is marked on every front drawn (the optimiser's plot and the report's)
+WRITTEN_STAR: dict[str, Any] = {
+    "marker": "*",
+    "s": 260,
+    "c": "tab:orange",
+    "edgecolors": "k",
+    "linewidths": 0.6,
+    "zorder": 5,
+}
+
+
 def _written_marks(ax: Any, out: Outcome, xk: str, yk: str) -> None:
     """The written plan: starred at its written figures, ringed where the search put it when they differ."""
     r = _written(out)
@@ -194,14 +205,4 @@ def _written_marks(ax: Any, out: Outcome, xk: str, yk: str) -> None:
             label=f"written plan by {t.result.evaluator}",
         )
     if r is not None:
-        ax.scatter(
-            [AXES[xk](r)],
-            [AXES[yk](r)],
-            marker="*",
-            s=260,
-            c="tab:orange",
-            edgecolors="k",
-            linewidths=0.6,
-            zorder=5,
-            label=f"written ({r.evaluator})",
-        )
+        ax.scatter([AXES[xk](r)], [AXES[yk](r)], label=f"written ({r.evaluator})", **WRITTEN_STAR)

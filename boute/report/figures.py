@@ -18,6 +18,7 @@ import io
 import math
 from typing import Any
 
+from boute.optimize.plot import WRITTEN_STAR
 from boute.report.model import Curve, Phase, Point, Report
 
 #: one colour per strategy, in the order they first appear
@@ -95,17 +96,7 @@ def _front_panel(fig: Any, ax: Any, report: Report, xk: str, yk: str, ck: str) -
     plan = report.plan
     if plan is not None and None not in (plan.quality, plan.p95_s, plan.cost_per_hour):
         star = {"quality": plan.quality, "p95_latency_s": plan.p95_s, "cost_per_hour": plan.cost_per_hour}
-        ax.scatter(
-            [star[xk]],
-            [star[yk]],
-            marker="*",
-            s=260,
-            c="tab:orange",
-            edgecolors="k",
-            linewidths=0.6,
-            zorder=5,
-            label=f"written plan ({plan.evaluator})",
-        )
+        ax.scatter([star[xk]], [star[yk]], label=f"written plan ({plan.evaluator})", **WRITTEN_STAR)
     ax.set_xlabel(_axis(xk, report)[0].replace(" (log)", ""))
     ax.set_ylabel(_axis(yk, report)[0])
     if _axis(yk, report)[3]:
