@@ -1,11 +1,13 @@
 """Proposing while evaluating, and a time budget that holds (issue 50 items 1 and 3): ``boute optimize`` as a
 user runs it (:func:`bench.bench_optimize_scale._run`: ``make_plan``, MOBO on the simulator with the fast path
 as its prior, batches of 4, one worker per core, patience 20, at most 60 evaluations), ``--overlap`` and
-``--no-overlap`` in interleaved rounds.
+``--no-overlap`` in interleaved rounds, beside the schedule before issue 50 (``informed``: each step proposed
+with every result before it, nothing overlapped; ``SearchSettings(pipeline=False)``).
 
-Both run the same schedule (step k+1 proposed with step k pending, :mod:`boute.optimize.loop`), so they make
-the same trials and write the same plan (checked: ``same_plan``); the wall-time difference is the overlap's
-alone. Each row also has where the time went (``phase_s``: ``evaluate`` is the time the search *waited* for
+``overlap`` and ``no_overlap`` run the same schedule (step k+1 proposed with step k pending,
+:mod:`boute.optimize.loop`), so they make the same trials and write the same plan (checked: ``same_plan``);
+their wall-time difference is the overlap's alone. ``informed`` against ``overlap`` is what a user gets from
+the change: time and P95 both move, since the proposals differ. Each row also has where the time went (``phase_s``: ``evaluate`` is the time the search *waited* for
 evaluations; ``beside_s``: what the workers evaluated while the strategy proposed) and when the first plan
 meeting the targets came (``first_feasible_s``, seconds since the run started, and after how many
 evaluations). Then one run per scenario with a ``--time-budget`` a step makes tight (``BUDGETS``): its
@@ -26,6 +28,13 @@ from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("builtin:paper-gsm8k", "experiments/scenarios/fleet-8x60.yaml")
+#: the runs compared: the default (the next step proposed beside this one's evaluation), the same schedule one
+#: step after the other, and the schedule before issue 50 (each step proposed with every result before it)
+ARMS: dict[str, dict[str, Any]] = {
+    "overlap": {"overlap": True},
+    "no_overlap": {"overlap": False},
+    "informed": {"pipeline": False},
+}
 #: a budget under each scenario's default run, so the search is stopped by it (seconds)
 BUDGETS = {"builtin:paper-gsm8k": 8.0, "experiments/scenarios/fleet-8x60.yaml": 30.0}
 
@@ -45,18 +54,19 @@ def run(quick: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"load_avg_start": round(os.getloadavg()[0], 2), "rows": {}}
     for scenario in SCENARIOS[:1] if quick else SCENARIOS:
         warm_up(load_scenario(scenario))
-        runs: dict[str, list[dict[str, Any]]] = {"overlap": [], "no_overlap": []}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ARMS}
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
-            for r in range(rounds):  # interleaved: the machine's load hits both alike
-                for name, overlap in (("overlap", True), ("no_overlap", False)):
-                    row = _run(scenario, d / f"{name}-{r}" / "plan.json", overlap=overlap, experiment=f"{name}-{r}")
+            for r in range(rounds):  # interleaved: the machine's load hits every arm alike
+                for name, options in ARMS.items():
+                    row = _run(scenario, d / f"{name}-{r}" / "plan.json", experiment=f"{name}-{r}", **options)
                     print(f"[optimize_overlap] {scenario} {name} round {r}: {row}", flush=True)
                     runs[name].append(row)
             budget = BUDGETS[scenario]
             cut = _run(scenario, d / "budget" / "plan.json", time_budget_s=budget, experiment="budget")
             print(f"[optimize_overlap] {scenario} --time-budget {budget:g}: {cut}", flush=True)
-        plans = {(r.get("p95_s"), r.get("cost_per_hour"), r.get("evaluations")) for rs in runs.values() for r in rs}
+        same = [*runs["overlap"], *runs["no_overlap"]]
+        plans = {(r.get("p95_s"), r.get("cost_per_hour"), r.get("evaluations")) for r in same}
         out["rows"][scenario] = {
             "runs": runs,
             "same_plan": len(plans) == 1,

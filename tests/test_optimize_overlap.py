@@ -286,3 +286,32 @@ def test_the_first_plan_meeting_the_targets_is_marked_once_with_its_evaluations(
         hooks=LoopHooks(clock=resumed_clock),
     )
     assert "first_feasible" not in resumed_clock.marks
+
+
+def test_mobo_searches_around_the_first_pick_in_flight_as_around_the_incumbent(scenario: Scenario) -> None:
+    """With a batch in flight, every single change of its first pick (the plan the last acquisition ranked
+    highest) is in MOBO's pool, as every single change of the incumbent is: a chain of improvements does not
+    wait a step for each result (docs/optimizer.md)."""
+    from boute.optimize.acquisition.pool import axis_neighbours
+
+    space = Space.build(scenario)
+    ev = _evaluator(scenario)
+    done = run_search(
+        space, ev, make_strategy("random", space, 5), SearchSettings(max_evals=16, batch=4, patience=None)
+    )
+    flying = [
+        t.pending() for t in run_search(space, ev, make_strategy("random", space, 6), SearchSettings(max_evals=4))
+    ]
+    history = [*done, *(replace(t, index=len(done) + i) for i, t in enumerate(flying))]
+    seen = {t.candidate.key() for t in history}
+    around = {space.decode(x).key() for x in axis_neighbours(space, np.asarray(flying[0].z))} - seen
+
+    def pool_keys(look_ahead: bool) -> set[str]:
+        mobo = make_strategy("mobo", space, 0, look_ahead=look_ahead, n_init=4)
+        mobo.bind(ev)
+        pool, _ = mobo._bo_step(history, [t for t in history if t.ok])
+        assert pool is not None
+        return {c.key() for c in pool.candidates}
+
+    assert around and around <= pool_keys(True)
+    assert not around <= pool_keys(False)

@@ -32,6 +32,13 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   centre on the cheaper plan that misses the targets least (:func:`.centres.near_miss`), and ``cost``
   keeps spent deployments out of the pool (:func:`.centres.spent_deployments`). Which evaluated plans the
   pool is built around is :mod:`boute.optimize.strategies.centres`.
+* **The batch in flight** (:mod:`boute.optimize.loop`: step k+1 is proposed while step k is evaluated): its
+  plans stay out of the pool, the acquisitions take them as ``X_pending``, and its first pick (the one the
+  last acquisition ranked highest) is a centre searched as closely as the incumbent (``look_ahead``). Why:
+  improvements come in chains of single changes, each made around the plan the last one found; proposed
+  before the last results are in, every other step would search around the old incumbent again. On the
+  480-GPU fleet (60 evaluations, seeds 0 and 1) the pipelined search ended at P95 4.46 / 4.53 s without the
+  look-ahead, 3.59 / 3.55 s with it, and 3.38 / 3.68 s with each step seeing every result before it.
 * **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
   meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
 * **A cheaper evaluator as the prior** (``prior``, used when a confirmation's search goes on with the
@@ -116,6 +123,7 @@ class MoboStrategy(Strategy):
         quality_fn: QualityFn | None = None,
         objective: Objective | str = "latency",
         prior: Callable[[Candidate], float] | None = None,
+        look_ahead: bool = True,
     ) -> None:
         """``num_restarts``/``raw_samples``/``acq_optimizer`` only apply to the GP-quality fallback."""
         if acq not in ACQS:
@@ -129,6 +137,7 @@ class MoboStrategy(Strategy):
         self.pool_global = pool_global
         self.pool_local = pool_local
         self.clip_factor = clip_factor
+        self.look_ahead = look_ahead
         self.quality_fn = quality_fn
         self.objective = objective if isinstance(objective, Objective) else Objective(objective)
         self.screen: Screen | None = None
@@ -272,6 +281,9 @@ class MoboStrategy(Strategy):
         centres = [np.asarray(ok[i].z, dtype=float) for i in idx]
         pending = [t.z for t in trials if t.status == TrialStatus.PENDING]  # the batch in flight (X_pending)
         Xp = torch.tensor(np.array(pending), dtype=torch.double) if pending else None
+        if pending and self.look_ahead:  # the batch in flight's first pick, searched as closely as the incumbent
+            centres.insert(1, np.asarray(pending[0], dtype=float))
+            exhaustive += 1
         pool = build_pool(
             self.space,
             centres,
