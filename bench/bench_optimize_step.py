@@ -40,8 +40,9 @@ def _trials(db: str) -> list[Any]:
     return [trial_from_row(r) for r in rows if r.status not in CONFIRMING]
 
 
-def replay(scenario: str, trials: list[Any]) -> dict[str, Any]:
-    """CPU seconds of each sub-phase of MOBO's model steps on ``trials`` (module doc)."""
+def replay(scenario: str, trials: list[Any], pipelined: bool = False) -> dict[str, Any]:
+    """CPU seconds of each sub-phase of MOBO's model steps on ``trials`` (module doc); ``pipelined``: as a
+    search with ``--overlap`` proposed them (each step with the one before it pending)."""
     import boute.optimize.strategies.mobo as mobo
     from boute.optimize.evaluators.factory import make_evaluator
     from boute.optimize.screen import Screen
@@ -77,8 +78,10 @@ def replay(scenario: str, trials: list[Any]) -> dict[str, Any]:
             nxt = trials[i + 1] if i + 1 < len(trials) else None
             if nxt is not None and nxt.step == t.step:
                 continue
-            if evaluated >= strategy.n_init:  # the proposal made while this step was evaluated: it pending
-                history = [*trials[:start], *(u.pending() for u in trials[start : i + 1])]
+            if evaluated >= strategy.n_init:  # the proposal made after this step (pipelined: beside it)
+                history = trials[: i + 1]
+                if pipelined:
+                    history = [*trials[:start], *(u.pending() for u in trials[start : i + 1])]
                 strategy._bo_step(history, [u for u in history if u.ok])
                 steps += 1
             start = i + 1

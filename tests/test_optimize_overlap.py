@@ -111,7 +111,7 @@ def test_the_same_trials_in_order_whether_or_not_evaluation_overlaps(scenario: S
             space,
             ev,
             _Logged(make_strategy("mobo", space, 3), log),
-            SearchSettings(max_evals=28, batch=4, patience=None, overlap=overlap, seed=3),
+            SearchSettings(max_evals=28, batch=4, patience=None, overlap=overlap, pipeline=True, seed=3),
             screen=Screen.build(space, ev.quality_model, ev.mode, ev.workload),
             hooks=LoopHooks(pool=pool),
         )
@@ -143,7 +143,7 @@ def test_a_patience_stop_drops_the_batch_proposed_beside_the_last_one(scenario: 
     space = Space.build(scenario)
     ev = _evaluator(scenario)
     log: list[tuple[str, int]] = []
-    settings = SearchSettings(max_evals=400, batch=4, patience=6, seed=1)
+    settings = SearchSettings(max_evals=400, batch=4, patience=6, seed=1, overlap=True)
     trials = run_search(space, ev, _Logged(make_strategy("random", space, 1), log), settings)
     evaluated = sum(t.evaluated for t in trials)
     assert evaluated < 400  # stopped by patience
@@ -162,7 +162,7 @@ def test_a_resume_from_a_batch_recorded_in_part_loses_and_repeats_nothing(scenar
     a function of the trials, the pending ones included); one killed between two trials of a batch keeps every
     stored trial and evaluates no plan twice."""
     space = Space.build(scenario)
-    settings = SearchSettings(max_evals=40, batch=4, patience=None, seed=2)
+    settings = SearchSettings(max_evals=40, batch=4, patience=None, seed=2, overlap=True)
 
     def search(max_evals: int, start: Sequence[Trial] = (), ev: SyntheticEvaluator | None = None) -> list[Trial]:
         ev = ev or _evaluator(scenario)
