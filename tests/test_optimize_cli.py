@@ -60,6 +60,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys:
         "--no-confirm",
         "--patience",
         "0",
+        "--overlap",  # the pipelined schedule: the resume rebuilds its pending step from the stored trials' steps
         "-q",
         "--out",
         str(tmp_path / "plan.json"),
