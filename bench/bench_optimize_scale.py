@@ -35,6 +35,7 @@ SCENARIOS = (
 
 def _run(scenario: str, out: Path, **options: Any) -> dict[str, Any]:
     from boute.errors import BouteError
+    from boute.optimize.clock import top_level
     from boute.optimize.plan_run import PlanRequest, make_plan
     from boute.optimize.settings import SearchSettings
 
@@ -46,6 +47,8 @@ def _run(scenario: str, out: Path, **options: Any) -> dict[str, Any]:
         return {"wall_s": round(time.perf_counter() - t0, 1), "error": f"{type(exc).__name__}: {exc}"}
     pred = run.plan.predicted
     assert pred is not None
+    first = run.summary.first_feasible
+    searched = top_level(run.summary.phase_s)
     return {
         "wall_s": round(run.wall_s, 1),
         "evaluations": run.summary.evaluations,
@@ -55,6 +58,11 @@ def _run(scenario: str, out: Path, **options: Any) -> dict[str, Any]:
         "quality": round(pred.quality, 4),
         "load_avg": round(os.getloadavg()[0], 2),
         "phase_s": {k: round(v, 1) for k, v in run.summary.phase_s.items()},  # where the time went
+        "beside_s": {k: round(v, 1) for k, v in run.summary.beside_s.items()},  # evaluations beside proposing
+        # the search's own seconds (what --time-budget bounds: set-up to the last batch, no confirmation)
+        "search_s": round(sum(v for k, v in searched.items() if k != "confirm"), 1),
+        "first_feasible_s": None if first is None else round(first.seconds, 1),
+        "first_feasible_evaluations": None if first is None else first.evaluations,
     }
 
 
@@ -85,7 +93,9 @@ def run(quick: bool = True) -> dict[str, Any]:
             # model, confirming, writing the plan), so the run ends when the baseline did
             searched = top_level(mobo["phase_s"])
             outside = mobo["wall_s"] - sum(v for k, v in searched.items() if k != "confirm")
-            cut = _run(scenario, d / "mobo-cut" / "plan.json", time_budget_s=max(1.0, fast["wall_s"] - outside))
+            budget = max(1.0, fast["wall_s"] - outside)
+            cut = _run(scenario, d / "mobo-cut" / "plan.json", time_budget_s=budget)
+            cut["time_budget_s"] = round(budget, 1)  # search_s within 10% of it: --time-budget holds
             print(f"[optimize_scale] {scenario} mobo within random-2000's wall {cut}", flush=True)
         rows[scenario] = {
             "mobo": mobo,

@@ -60,6 +60,7 @@ def test_kill_and_resume_loses_no_trial_and_repeats_none(tmp_path: Path, capsys:
         "--no-confirm",
         "--patience",
         "0",
+        "--overlap",  # the pipelined schedule: the resume rebuilds its pending step from the stored trials' steps
         "-q",
         "--out",
         str(tmp_path / "plan.json"),
@@ -225,6 +226,12 @@ def test_optimize_writes_plan_plot_and_experiments_commands_read_it(
     assert shown["screened"]["trials"] == len(screened) and shown["front"]["axes"] == ["quality", "p95_latency_s"]
     phases = shown["settings"]["phase_s"]  # the search's phases, recorded with the experiment
     assert phases["evaluate"] > 0 and {"setup", "propose", "record"} <= set(phases)
+    # when the first plan meeting the targets came: in the summary and with the experiment
+    first = shown["settings"]["first_feasible"]
+    said = next(line for line in res.stdout.splitlines() if "first plan meeting the targets" in line)
+    shown_s = float(said.split(":", 1)[1].split(" s into the run")[0])
+    assert 1 <= first["evaluations"] <= 36 and abs(shown_s - first["s"]) <= 0.051, said
+    assert all(isinstance(r.params["step"], int) for r in searched + screened)  # each trial's search step
     csv = tmp_path / "t.csv"
     assert run_cli(["experiments", "export", "demo", "--db", db, "--out", str(csv)], capsys).returncode == 0
     assert len(csv.read_text().strip().splitlines()) == n + 1

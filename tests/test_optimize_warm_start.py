@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -49,7 +50,8 @@ def test_a_warm_start_is_evaluated_once_recorded_and_never_the_whole_search(firs
     sc, trials = first
     ev = SyntheticEvaluator(sc)
     warm = _search(sc, ev, store, "w", len(trials) + 4, start=trials)
-    assert warm.resumed_trials == len(trials) and warm.trials[: len(trials)] == trials
+    # the same trials, taken as known ones: another search's steps say nothing of this one's schedule
+    assert warm.resumed_trials == len(trials) and warm.trials[: len(trials)] == [replace(t, step=None) for t in trials]
     assert ev.calls >= 1 and len(warm.trials) > len(trials)  # patience 1 did not end it at the start
     assert [r.index for r in store.trial_rows(warm.experiment_id)] == list(range(len(warm.trials)))
 

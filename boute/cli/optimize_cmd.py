@@ -50,6 +50,7 @@ BATCH = _opt("batch", min=1)
 WORKERS = _opt("workers", min=1)
 RAY_ADDRESS = _opt("ray_address")
 TIME_BUDGET = _opt("time_budget_s", min=1.0)
+OVERLAP = _opt("overlap")
 MODE = _opt("mode")
 SEED = _opt("seed")
 EXPERIMENT = _opt("experiment")
@@ -115,6 +116,7 @@ def optimize_cmd(
     workers: int | None = WORKERS,
     ray_address: str | None = RAY_ADDRESS,
     time_budget: float | None = TIME_BUDGET,
+    overlap: bool = OVERLAP,
     mode: str = MODE,
     judge: str | None = JUDGE,
     router: str | None = ROUTER,
@@ -148,6 +150,7 @@ def optimize_cmd(
         workers=workers,
         ray_address=ray_address,
         time_budget_s=time_budget,
+        overlap=overlap,
         mode=mode,
         seed=seed,
         experiment=experiment,
@@ -197,8 +200,8 @@ def _run(req: PlanRequest, quiet: bool) -> PlanRun:
 
 
 class _Progress:
-    """Rich progress bar on stderr with the current best feasible plan and where the search's time has gone
-    so far (:mod:`boute.optimize.clock`: setup, propose, screen, evaluate, record)."""
+    """Rich progress bar on stderr with the current best feasible plan, when the first one came, and where the
+    search's time has gone so far (:mod:`boute.optimize.clock`: setup, propose, screen, evaluate, record)."""
 
     def __init__(self, total: int, quiet: bool, objective: str = "latency") -> None:
         from boute.optimize.clock import SearchClock
@@ -261,11 +264,14 @@ class _Progress:
             desc = f"best: ${self._best[2]:.2f}/h, P95 {self._best[1]:.3g} s"
         else:
             desc = f"best P95: {self._best[1]:.3g} s (${self._best[2]:.2f}/h)"
+        first = self.clock.marks.get("first_feasible")
+        if first is not None:
+            desc += f", first feasible at {first.seconds:.1f} s"
         if self._screened:
             desc += f"; {self._screened} screened out"
         from boute.optimize.clock import breakdown
 
-        phases = breakdown(self.clock.seconds, detail=False)
+        phases = breakdown(self.clock.seconds, detail=False, beside=self.clock.beside)
         self._p.update(self._task, completed=self._done, description=desc, phases=phases)
 
 
@@ -299,7 +305,13 @@ def _summary(run: PlanRun) -> None:
         )
     from boute.optimize.clock import breakdown
 
-    typer.echo(f"  time: {breakdown(out.phase_s, wall_s=run.wall_s)}")
+    typer.echo(f"  time: {breakdown(out.phase_s, wall_s=run.wall_s, beside=out.beside_s)}")
+    first = out.first_feasible
+    if first is not None:
+        typer.echo(
+            f"  first plan meeting the targets: {first.seconds:.1f} s into the run, after {first.evaluations} "
+            + ("evaluation" if first.evaluations == 1 else "evaluations")
+        )
     fr = ", ".join(f"{t}={f:.3f}" for t, f in zip(plan.routing.tiers, plan.routing.fractions or [], strict=False))
     typer.echo(f"  routing ({plan.routing.mode}): {fr}")
     for g in plan.deployment:

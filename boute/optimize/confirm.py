@@ -250,12 +250,13 @@ def _continue_search(
         status = t.status if t.status != TrialStatus.COMPLETE else TrialStatus.CONFIRM_SEARCH
         run.record(Trial(base + t.index, t.x, t.z, t.candidate, t.result, status=status, error=t.error))
 
-    # one proposal a step, evaluated here; the objective and seed the search had
+    # one proposal a step, evaluated here, each with every result before it; the objective and seed the search had
     settings = SearchSettings(
         max_evals=len(history) + n,
         patience=CONFIRM_PATIENCE,
         batch=1,
         workers=1,
+        pipeline=False,
         seed=seed,
         mode=evaluator.mode,
         objective=out.objective.name,

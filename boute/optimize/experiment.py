@@ -122,7 +122,8 @@ def open_experiment(
         tracked.set_status(ExperimentStatus.RUNNING, max_evals=settings.max_evals)
     if not trials and start:  # a warm start is recorded like the search's own trials, so a resume has it
         # numbered from 0 as this search's own trials; only evaluated ones count towards min_trials
-        trials = [replace(t, index=i) for i, t in enumerate(start)]
+        # (and as known ones: another search's steps say nothing of this one's schedule)
+        trials = [replace(t, index=i, step=None) for i, t in enumerate(start)]
         warm = sum(t.evaluated for t in trials)
         # the count first: a resume after a crash in between overcounts, never forgets
         tracked.set_status(ExperimentStatus.RUNNING, warm_start=warm)

@@ -34,7 +34,7 @@ from boute.quality.router_kinds import TRAINED_KINDS
 from boute.serving.registry import DEFAULT_REDIS_URL
 
 if TYPE_CHECKING:
-    from boute.optimize.clock import SearchClock
+    from boute.optimize.clock import Milestone, SearchClock
     from boute.optimize.evaluators.base import EvalResult, Evaluator
     from boute.optimize.outcome import Outcome
     from boute.optimize.screen import ScreenReport
@@ -132,6 +132,8 @@ class RunSummary:
     screen: ScreenReport | None  # what the screens did to the proposals and to MOBO's pool
     searched: EvalResult | None  # the written plan by the search's evaluator
     phase_s: dict[str, float]  # where the time went: seconds per phase (boute.optimize.clock)
+    beside_s: dict[str, float] = field(default_factory=dict)  # seconds a phase ran beside the others
+    first_feasible: Milestone | None = None  # when the first plan meeting the targets was evaluated
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ def summarise(res: Outcome) -> RunSummary:
         screen=res.screen,
         searched=res.final.result if res.final is not None else None,
         phase_s=res.clock.snapshot(),
+        beside_s=res.clock.beside_snapshot(),
+        first_feasible=res.clock.marks.get("first_feasible"),
     )
 
 

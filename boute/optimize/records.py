@@ -1,7 +1,8 @@
 """The tracking DB's rows of a search: a trial as a row and back, a front point.
 
 One format in both directions (:func:`trial_row` / :func:`trial_from_row`): ``params`` holds the point the
-strategy asked for (``x``), its canonical encoding (``z``) and the decoded plan, ``metrics`` the
+strategy asked for (``x``), its canonical encoding (``z``), the decoded plan and the search step that proposed
+it (``step``, absent in rows written before steps were recorded), ``metrics`` the
 :meth:`~boute.optimize.evaluators.base.EvalResult.to_dict` of its result. A resumed search reads its trials
 back from these rows, so a row written by one version must read in the next.
 """
@@ -30,6 +31,7 @@ def trial_row(t: Trial) -> dict[str, Any]:
             "fractions": list(c.fractions),
             "deployment": [g.model_dump(mode="json") for g in c.deployment],
             "cost_per_hour": c.cost_per_hour,
+            **({"step": t.step} if t.step is not None else {}),
         },
         "metrics": t.result.to_dict() if t.result else None,
         "error": t.error,
@@ -43,7 +45,17 @@ def trial_from_row(row: StoredTrial) -> Trial:
         tuple(p["fractions"]), tuple(ReplicaGroup(**g) for g in p["deployment"]), float(p["cost_per_hour"])
     )
     res = EvalResult.from_dict(row.metrics) if row.metrics else None
-    return Trial(row.index, tuple(p["x"]), tuple(p["z"]), cand, res, status=TrialStatus(row.status), error=row.error)
+    step = p.get("step")
+    return Trial(
+        row.index,
+        tuple(p["x"]),
+        tuple(p["z"]),
+        cand,
+        res,
+        status=TrialStatus(row.status),
+        error=row.error,
+        step=None if step is None else int(step),
+    )
 
 
 def front_point(t: Trial) -> dict[str, Any]:

@@ -74,6 +74,9 @@ class Registry(Choices[Entry]):
 EVALUATORS = Registry("evaluator", "--evaluator")
 EVALUATORS.register("fast", "boute.optimize.evaluators.fast:FastEvaluator", "analytical fast path", fidelity=0)
 EVALUATORS.register("sim", "boute.optimize.evaluators.sim:SimEvaluator", "event simulator", fidelity=1)
+#: evaluators a worker process (or a Ray actor) can rebuild from (name, scenario, mode, seed) alone; the others
+#: own external state (``live``: a fleet and a gateway) and are evaluated in the search's own process
+POOLABLE = frozenset({"fast", "sim"})
 
 #: ``target(space, *, seed, **options) -> Strategy``
 STRATEGIES = Registry("strategy", "--strategy")

@@ -95,7 +95,8 @@ def optimize(scenario: Scenario, settings: SearchSettings, runtime: SearchRuntim
     over the capacity bound, :mod:`boute.optimize.screen`; ``batch``/``workers``: proposals per step and the
     processes evaluating them, :mod:`boute.optimize.evaluators.pool`, None: one per core; ``ray_address``:
     evaluate on that Ray cluster's actors instead, :mod:`boute.optimize.evaluators.ray_pool`;
-    ``time_budget_s``: stop asking new proposals after this many seconds of search); ``runtime`` runs it."""
+    ``time_budget_s``: end the search within this many seconds, set-up included, :mod:`boute.optimize.pace`);
+    ``runtime`` runs it."""
     rt = runtime if runtime is not None else SearchRuntime()
     clock = rt.clock
     t_setup = time.perf_counter()
@@ -195,7 +196,10 @@ def _finish(out: Outcome, opened: Opened, evaluator: str) -> None:
     tracked.store.add_front(
         tracked.experiment_id, evaluator, points, out.hypervolume, len(out.trials), axes=out.objective.axes
     )
-    extra: dict[str, Any] = {"phase_s": out.clock.snapshot()}
+    extra: dict[str, Any] = {"phase_s": out.clock.snapshot(), "beside_s": out.clock.beside_snapshot()}
+    first = out.clock.marks.get("first_feasible")
+    if first is not None:  # (none for a search resumed with one already, or one that found none)
+        extra["first_feasible"] = first.to_json()
     if out.screen is not None:
         extra["screen_counts"] = out.screen.to_json()
     tracked.set_status(ExperimentStatus.COMPLETE if out.chosen is not None else ExperimentStatus.INFEASIBLE, **extra)

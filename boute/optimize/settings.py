@@ -22,7 +22,7 @@ from typing import Any
 
 from boute.errors import BouteError
 from boute.optimize.objectives import OBJECTIVES, PREFERENCES, Objective, objective_of_options
-from boute.optimize.registry import EVALUATORS, STRATEGIES
+from boute.optimize.registry import EVALUATORS, POOLABLE, STRATEGIES
 
 
 def _option(default: Any, flag: str, help: str = "") -> Any:
@@ -33,8 +33,8 @@ def _option(default: Any, flag: str, help: str = "") -> Any:
 @dataclass(frozen=True)
 class SearchSettings:
     """What to search for and how (module doc); the fields are ``boute optimize``'s options of the same
-    names. ``gpus`` (restrict the space to these GPU types) and ``strategy_options`` (passed to the
-    strategy's constructor) are the library's only."""
+    names. ``gpus`` (restrict the space to these GPU types), ``strategy_options`` (passed to the
+    strategy's constructor) and ``pipeline`` (the schedule) are the library's only."""
 
     strategy: str = _option("mobo", "--strategy")
     evaluator: str = _option(
@@ -71,7 +71,16 @@ class SearchSettings:
         "needs BOute installed); raise --batch with its size",
     )
     time_budget_s: float | None = _option(
-        None, "--time-budget", "stop searching after this many seconds (the plan is still confirmed)"
+        None,
+        "--time-budget",
+        "search for at most this many seconds: no step is started that would end past it, as the last steps' "
+        "durations tell (the plan is still confirmed after)",
+    )
+    overlap: bool = _option(
+        False,
+        "--overlap/--no-overlap",
+        "propose the next batch while this one is evaluated (it sees this one as pending); pays where "
+        "evaluations have cores of their own (a Ray cluster): on 2 cores the default schedule was faster",
     )
     mode: str = _option("preroute", "--mode", "routing mode: preroute | cascade")
     seed: int = _option(
@@ -89,10 +98,19 @@ class SearchSettings:
     )
     gpus: tuple[str, ...] | None = None
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
+    #: the schedule (:mod:`boute.optimize.loop`): True, batch k+1 is proposed with batch k pending and the
+    #: results up to batch k-1, so it can be proposed while batch k is evaluated (``overlap``); False, with
+    #: batch k's results (nothing overlaps). None: pipelined with ``overlap`` where evaluations run outside the
+    #: search's process (:data:`~boute.optimize.registry.POOLABLE`; the live evaluator's run in turn here).
+    #: ``pipeline=True, overlap=False`` runs the pipelined schedule one step after the other: the same trials
+    #: as with ``overlap`` (a test compares them)
+    pipeline: bool | None = None
 
     def __post_init__(self) -> None:
         if self.patience == 0:
             object.__setattr__(self, "patience", None)
+        if self.pipeline is None:
+            object.__setattr__(self, "pipeline", self.overlap and self.evaluator in POOLABLE)
         self.check()
 
     def check(self) -> None:
@@ -101,14 +119,11 @@ class SearchSettings:
         objective_of_options(self.objective, self.prefer)
         EVALUATORS.get(self.evaluator)
         EVALUATORS.get(self.confirm_with, option_of("confirm_with"))
-        if self.ray_address is not None:
-            from boute.optimize.evaluators.pool import POOLABLE
-
-            if self.evaluator not in POOLABLE:
-                raise BouteError(
-                    f"{option_of('ray_address')}: the {self.evaluator} evaluator runs in this process; "
-                    f"only {', '.join(sorted(POOLABLE))} evaluations go to a Ray cluster"
-                )
+        if self.ray_address is not None and self.evaluator not in POOLABLE:
+            raise BouteError(
+                f"{option_of('ray_address')}: the {self.evaluator} evaluator runs in this process; "
+                f"only {', '.join(sorted(POOLABLE))} evaluations go to a Ray cluster"
+            )
         from boute.specs.plan import ROUTING_MODES
 
         if self.mode not in ROUTING_MODES:

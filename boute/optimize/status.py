@@ -16,6 +16,9 @@ class TrialStatus(StrEnum):
     SCREENED = "screened"  # removed by the screens before any evaluation (boute.optimize.screen)
     CONFIRMED = "confirmed"  # a confirming re-evaluation of a search trial (boute.optimize.confirm)
     CONFIRM_SEARCH = "confirm-search"  # a trial of the search continued with the confirming evaluator
+    #: proposed and not evaluated yet: how the next batch's proposal sees the batch in flight
+    #: (:mod:`boute.optimize.loop`); never recorded
+    PENDING = "pending"
 
 
 #: the statuses of confirming evaluations, not the search's own trials

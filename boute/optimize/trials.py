@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,6 +32,9 @@ class Trial:
     result: EvalResult | None  # None when the evaluation failed
     status: TrialStatus = TrialStatus.COMPLETE
     error: str | None = None
+    #: the search step whose batch proposed it (:mod:`boute.optimize.loop`: a resume rebuilds which batch was
+    #: in flight from it); None for trials from elsewhere (a warm start, confirmations, rows older than steps)
+    step: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,6 +44,13 @@ class Trial:
     def evaluated(self) -> bool:
         """Whether this trial cost an evaluation (screened ones did not; failed ones did)."""
         return self.status != TrialStatus.SCREENED
+
+    def pending(self) -> Trial:
+        """This trial as a proposal sees it while its batch is in flight: an evaluation's result unknown
+        (:attr:`TrialStatus.PENDING`), a screened one as it is (known without evaluating)."""
+        if self.status == TrialStatus.SCREENED:
+            return self
+        return replace(self, result=None, status=TrialStatus.PENDING, error=None)
 
     @property
     def checked_result(self) -> EvalResult:

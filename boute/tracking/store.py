@@ -31,7 +31,7 @@ from boute.tracking.models import (
 
 DEFAULT_URL = "sqlite:///boute.db"
 #: settings keys a run records about itself (not what it was asked to do): a resume need not match them
-RUN_RECORDS = frozenset({"max_evals", "phase_s", "wall_s", "screen_counts", "warm_start"})
+RUN_RECORDS = frozenset({"max_evals", "phase_s", "wall_s", "beside_s", "first_feasible", "screen_counts", "warm_start"})
 
 _POINT_COLUMNS = tuple(c.key for c in ProfilePoint.__table__.columns if c.key not in ("id", "run_id"))
 _RUN_COLUMNS = tuple(c.key for c in ProfileRun.__table__.columns if c.key != "id")

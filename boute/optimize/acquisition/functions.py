@@ -5,6 +5,11 @@ Each takes BoTorch models whose outputs are the search's outcomes and returns on
 ``-$/h`` as deterministic models, ``-log P95`` as the latency GP (or, with a cheaper evaluator as a prior,
 that evaluator's figure plus the GP's residual: ``lat`` then holds both, and their outputs add up). The
 strategy decides which acquisition runs and masks plans below the quality floor; this module only scores.
+
+``pending``: plans proposed and not evaluated yet (the batch in flight, :mod:`boute.optimize.loop`), as
+BoTorch's ``X_pending``: the MC acquisitions score each pool plan jointly with them, so a plan whose outcome
+the pending ones would already deliver gains little (qLogEI: the improvement of the best of the plan and the
+pending ones; qLogNEHVI: the pending points join the baseline through its cached box decompositions).
 """
 
 from __future__ import annotations
@@ -53,7 +58,15 @@ def _score(acq: AcquisitionFunction, Z: Tensor) -> np.ndarray:
 
 
 def log_cei_cost(
-    neg_cost: Model, lat: Sequence[Model], Z: Tensor, *, best_cost: float, cap: float, mc_samples: int, seed: int
+    neg_cost: Model,
+    lat: Sequence[Model],
+    Z: Tensor,
+    *,
+    best_cost: float,
+    cap: float,
+    mc_samples: int,
+    seed: int,
+    pending: Tensor | None = None,
 ) -> np.ndarray:
     """Constrained qLogEI on ``-$/h`` (exact) with the outcome constraint ``P95 <= cap`` (latency models).
 
@@ -72,16 +85,20 @@ def log_cei_cost(
         objective=GenericMCObjective(_first_output),
         # feasible when -log P95 (the latency outputs' sum) >= -log cap
         constraints=[lambda Y: -math.log(cap) - Y[..., 1:].sum(dim=-1)],
+        X_pending=pending,
     )
     return _score(acq, Z)
 
 
-def log_ei(lat: Sequence[Model], Z: Tensor, *, best: float, mc_samples: int, seed: int) -> np.ndarray:
+def log_ei(
+    lat: Sequence[Model], Z: Tensor, *, best: float, mc_samples: int, seed: int, pending: Tensor | None = None
+) -> np.ndarray:
     """Log expected improvement of ``-log P95`` over the incumbent ``best``.
 
-    Analytic LogEI on one GP; with a prior (``lat`` = [prior, residual GP]) BoTorch's qLogEI on their sum.
+    Analytic LogEI on one GP with nothing pending; else BoTorch's qLogEI, on the sum of the outputs with a
+    prior (``lat`` = [prior, residual GP]).
     """
-    if len(lat) == 1:
+    if len(lat) == 1 and pending is None:
         from botorch.acquisition.analytic import LogExpectedImprovement
 
         return _score(LogExpectedImprovement(lat[0], best_f=best, maximize=True), Z)
@@ -89,12 +106,13 @@ def log_ei(lat: Sequence[Model], Z: Tensor, *, best: float, mc_samples: int, see
     from botorch.acquisition.objective import GenericMCObjective
     from botorch.models.model import ModelList
 
-    model = ModelList(*lat)
+    model = ModelList(*lat) if len(lat) > 1 else lat[0]
     acq = qLogExpectedImprovement(
         model=model,
         best_f=best,
         sampler=mc_sampler(model, Z, mc_samples, seed),
-        objective=GenericMCObjective(_sum_outputs),
+        objective=GenericMCObjective(_sum_outputs) if len(lat) > 1 else None,
+        X_pending=pending,
     )
     return _score(acq, Z)
 
@@ -109,6 +127,7 @@ def log_nehvi(
     neg_cost: Model | None = None,
     mc_samples: int,
     seed: int,
+    pending: Tensor | None = None,
 ) -> np.ndarray:
     """qLogNEHVI of (exact quality, ``-log P95``[, exact ``-$/h``]) with the reference point ``ref`` at the
     targets, so only the region meeting them counts; ``X`` are the evaluated plans (the noisy baseline)."""
@@ -139,5 +158,6 @@ def log_nehvi(
         sampler=mc_sampler(model, X, mc_samples, seed),
         prune_baseline=True,
         cache_root=False,
+        X_pending=pending,
     )
     return _score(acq, Z)

@@ -4,7 +4,9 @@ Why processes: the simulator and the fast path are pure Python + numpy and hold 
 not overlap them. Each worker builds its evaluator once from an :class:`EvaluatorSpec` (the registered factory with the
 same scenario, mode, seed and the search's own request stream, sent once), so a batch costs only the
 candidates' pickling; results come back in the order asked,
-which keeps a search's trials (and so its resumes) independent of which worker finished first. Evaluators
+which keeps a search's trials (and so its resumes) independent of which worker finished first. A batch can
+be handed over without waiting for it (:meth:`EvaluatorPool.submit`), so the search proposes its next batch
+while this one is evaluated (:mod:`boute.optimize.loop`). Evaluators
 that own external state (``live``: a fleet and a gateway) are not pooled: the harness evaluates them in
 turn. ``workers <= 1`` runs everything in this process.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -24,12 +28,10 @@ from typing import Any
 from boute.errors import BouteError, WorkerError
 from boute.optimize.evaluators.base import EvalResult, Evaluator
 from boute.optimize.evaluators.factory import make_evaluator
+from boute.optimize.registry import POOLABLE
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 from boute.workload import Workload
-
-#: evaluators a worker process can rebuild from (name, scenario, mode, seed) alone
-POOLABLE = frozenset({"fast", "sim"})
 
 _worker_evaluator: Evaluator | None = None
 
@@ -123,6 +125,44 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class Submitted:
+    """A batch handed to a pool: :meth:`results` waits for its results (or the ``BouteError`` each raised), in
+    the order asked; ``ready_at`` is the ``time.monotonic()`` instant the last one came in (None before)."""
+
+    def __init__(self, results: Sequence[EvalResult | BouteError] | None = None) -> None:
+        self._results = None if results is None else list(results)
+        self.ready_at: float | None = time.monotonic() if results is not None else None
+
+    def results(self) -> list[EvalResult | BouteError]:
+        assert self._results is not None  # a batch answered at once; the pools' own kinds override this
+        return self._results
+
+
+class _InWorkers(Submitted):
+    """A batch out with the pool's worker processes (:meth:`EvaluatorPool.submit`)."""
+
+    def __init__(self, futures: list[Future[EvalResult | BouteError]], pool: EvaluatorPool) -> None:
+        super().__init__()
+        self._futures, self._pool = futures, pool
+        self._left = len(futures)
+        self._lock = threading.Lock()
+        for f in futures:
+            f.add_done_callback(self._one_done)
+
+    def _one_done(self, _: Future[EvalResult | BouteError]) -> None:
+        with self._lock:  # (called in the executor's thread, or here for a future already done)
+            self._left -= 1
+            if self._left == 0:
+                self.ready_at = time.monotonic()
+
+    def results(self) -> list[EvalResult | BouteError]:
+        try:
+            return [f.result() for f in self._futures]
+        except BrokenProcessPool as exc:  # a worker died or its initialiser raised (its reason is on stderr)
+            self._pool._pool = None
+            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+
+
 class EvaluatorPool:
     """``map(candidates)``: results (or the ``BouteError`` each raised) in order, from ``workers`` processes.
 
@@ -159,6 +199,19 @@ class EvaluatorPool:
         ex = self._executor()
         # one task each: the executor spawns a process for each task no idle worker can take
         return [ex.submit(_ready) for _ in range(self.workers)]
+
+    def submit(self, cands: Sequence[Candidate]) -> Submitted:
+        """Hand ``cands`` to the workers and return at once (:meth:`Submitted.results` waits for them): the
+        search proposes its next batch meanwhile. Without workers (``workers <= 1``, or an evaluator that is not
+        pooled) they are evaluated here before this returns."""
+        if self.workers <= 1 or not cands:
+            return Submitted([attempt(self.evaluator, c) for c in cands])
+        ex = self._executor()
+        try:
+            return _InWorkers([ex.submit(_evaluate, c) for c in cands], self)
+        except BrokenProcessPool as exc:
+            self._pool = None
+            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
 
     def map(self, cands: Sequence[Candidate]) -> list[EvalResult | BouteError]:
         if self.workers <= 1 or len(cands) <= 1:

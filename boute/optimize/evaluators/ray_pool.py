@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from boute.errors import BouteError, WorkerError
 from boute.optimize.evaluators.base import EvalResult, Evaluator
-from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, EvaluatorSpec, attempt
+from boute.optimize.evaluators.pool import POOLABLE, EvaluatorPool, EvaluatorSpec, Submitted, attempt
 from boute.optimize.space import Candidate
 from boute.specs import Scenario
 
@@ -54,6 +55,25 @@ class EvaluatorActor:
 
     def evaluate(self, cand: Candidate) -> EvalResult | BouteError:
         return attempt(self.evaluator, cand)
+
+
+class _OnActors(Submitted):
+    """A batch out with the pool's actors (:meth:`RayEvaluatorPool.submit`)."""
+
+    def __init__(self, refs: list[Any], pool: RayEvaluatorPool) -> None:
+        super().__init__()
+        self._refs, self._pool = refs, pool
+
+    def results(self) -> list[EvalResult | BouteError]:
+        import ray
+
+        try:
+            out: list[EvalResult | BouteError] = ray.get(self._refs)
+        except ray.exceptions.RayError as exc:  # an actor or its node died, or its evaluator failed to build
+            self._pool.close()
+            raise WorkerError(f"a Ray evaluator actor failed ({type(exc).__name__}: {exc})") from exc
+        self.ready_at = time.monotonic()  # (when this call saw them: Ray does not say when the last one ended)
+        return out
 
 
 class RayEvaluatorPool(EvaluatorPool):
@@ -105,6 +125,15 @@ class RayEvaluatorPool(EvaluatorPool):
         except ray.exceptions.RayError as exc:  # an actor or its node died, or its evaluator failed to build
             self.close()
             raise WorkerError(f"a Ray evaluator actor failed ({type(exc).__name__}: {exc})") from exc
+
+    def submit(self, cands: Sequence[Candidate]) -> Submitted:
+        """Hand ``cands`` to the actors, round robin, and return at once (:meth:`Submitted.results` waits, in
+        the order asked): the search proposes its next batch meanwhile."""
+        if self.evaluator.name not in POOLABLE or not cands:
+            return super().submit(cands)  # in this process, as the local pool does
+        self.start()
+        refs = [self._handles[i % len(self._handles)].evaluate.remote(c) for i, c in enumerate(cands)]
+        return _OnActors(refs, self)
 
     def close(self) -> None:
         """Kill the actors, and disconnect when this pool connected (idempotent)."""

@@ -1,8 +1,12 @@
 """What the search loop asks of a strategy (:func:`boute.optimize.loop.run_search`).
 
-A strategy proposes points of the unit box from the trials so far, as a pure function of them for a given
-seed (resuming is exact: a resumed run hands back the stored trials and the next proposals are the ones
-the interrupted run would have made). Everything the loop calls is defined here, with defaults, so the loop
+A strategy proposes points of the unit box from the trials so far, as a function of them for a given
+seed (a resumed run hands back the stored trials and the next proposals follow from them). The trials a
+strategy is handed end with the batch in flight, if any (:mod:`boute.optimize.loop`): its evaluations as
+:attr:`~boute.optimize.status.TrialStatus.PENDING` trials (the plan known, the result not), its screened
+proposals as they are; trial ``len(trials)`` is still the next one. A strategy must not propose those
+plans again and must not read a pending trial as a failure; one that cannot propose before their results
+(NSGA-II closing a generation) returns no points, and the loop asks again once they are in. Everything the loop calls is defined here, with defaults, so the loop
 calls it on every strategy instead of probing for it:
 
 * :meth:`Strategy.ask`: the next point (required).

@@ -21,7 +21,9 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   strategy builds the models and picks the acquisition; :mod:`boute.optimize.acquisition.functions` scores
   the pool.
 * Initial design: scrambled Sobol points (``n_init`` evaluated ones), deterministic in the seed; every ask
-  is a pure function of the trials so far (resuming is exact).
+  is a function of the trials so far, the batch in flight among them as pending trials (BoTorch's
+  ``X_pending``), and of the last fit's hyperparameters (the GP's warm start): a search that resumes fits
+  afresh, so it keeps every stored trial but may propose otherwise than the interrupted one would have.
 * **Objectives** (:mod:`boute.optimize.objectives`). ``latency``: the above. ``cost``: $/h is exact too (a
   function of the deployment), so the acquisition is BoTorch's constrained qLogEI on ``-$/h`` with the
   outcome constraint ``P95 <= cap`` on the latency GP: the improvement in cost weighted by the GP's
@@ -30,6 +32,13 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   centre on the cheaper plan that misses the targets least (:func:`.centres.near_miss`), and ``cost``
   keeps spent deployments out of the pool (:func:`.centres.spent_deployments`). Which evaluated plans the
   pool is built around is :mod:`boute.optimize.strategies.centres`.
+* **The batch in flight** (:mod:`boute.optimize.loop`: step k+1 is proposed while step k is evaluated): its
+  plans stay out of the pool, the acquisitions take them as ``X_pending``, and its first pick (the one the
+  last acquisition ranked highest) is a centre searched as closely as the incumbent (``look_ahead``). Why:
+  improvements come in chains of single changes, each made around the plan the last one found; proposed
+  before the last results are in, every other step would search around the old incumbent again. On the
+  480-GPU fleet (60 evaluations, seeds 0 and 1) the pipelined search ended at P95 4.46 / 4.53 s without the
+  look-ahead, 3.59 / 3.55 s with it, and 3.38 / 3.68 s with each step seeing every result before it.
 * **Screens** (:mod:`boute.optimize.screen`, via ``use_screen``): the pool holds only plans whose routing
   meets the floor and whose tiers can carry their load, so no acquisition is spent on known failures.
 * **A cheaper evaluator as the prior** (``prior``, used when a confirmation's search goes on with the
@@ -56,6 +65,7 @@ from boute.optimize.evaluators.base import Evaluator
 from boute.optimize.objectives import Objective, front_layers
 from boute.optimize.screen import Screen
 from boute.optimize.space import Candidate, Space
+from boute.optimize.status import TrialStatus
 from boute.optimize.strategies.base import Strategy
 from boute.optimize.strategies.centres import floor_incumbents, front_incumbents, near_miss, spent_deployments
 from boute.optimize.strategies.design import SobolDesign
@@ -109,9 +119,11 @@ class MoboStrategy(Strategy):
         pool_local: int = 384,
         clip_factor: float = 3.0,
         fit_maxiter: int = 60,
+        warm_maxiter: int = 20,
         quality_fn: QualityFn | None = None,
         objective: Objective | str = "latency",
         prior: Callable[[Candidate], float] | None = None,
+        look_ahead: bool = True,
     ) -> None:
         """``num_restarts``/``raw_samples``/``acq_optimizer`` only apply to the GP-quality fallback."""
         if acq not in ACQS:
@@ -125,10 +137,11 @@ class MoboStrategy(Strategy):
         self.pool_global = pool_global
         self.pool_local = pool_local
         self.clip_factor = clip_factor
+        self.look_ahead = look_ahead
         self.quality_fn = quality_fn
         self.objective = objective if isinstance(objective, Objective) else Objective(objective)
         self.screen: Screen | None = None
-        self.latency_gp = LatencyGP(space, kernel, refit_growth, fit_maxiter)
+        self.latency_gp = LatencyGP(space, kernel, refit_growth, fit_maxiter, warm_maxiter)
         # a cheaper evaluator's P95 (Candidate -> s) as the GP's known mean (module doc)
         self.prior = None if prior is None else PriorLatency(prior, space, clip_factor)
         self._fallback_opts = _GPOptions(
@@ -193,8 +206,10 @@ class MoboStrategy(Strategy):
         Why one per deployment: the acquisition is smooth in the routing fractions, so its top points are
         mostly the best deployment with its routing nudged; a batch of those would spend ``q`` evaluations
         on what one tells. Taking the best-scoring plan of each of the ``q`` best deployments spreads the
-        batch over the plans the acquisition ranks highest (a simple local penalisation). The design phase
-        returns its next Sobol points. A batch is a pure function of ``trials``: resuming stays exact.
+        batch over the plans the acquisition ranks highest (a simple local penalisation). The batch in flight
+        is in ``trials`` as :attr:`TrialStatus.PENDING` trials (:mod:`boute.optimize.loop`): the pool leaves
+        their plans out and the acquisition takes them as ``X_pending``. The design phase returns its next
+        Sobol points. A batch is a function of ``trials`` and of the last fit's hyperparameters (the warm start).
         """
         if self._design.ask(trials) is not None:  # the design's next points (each counts as it is evaluated)
             return self._design.points(trials, q)
@@ -264,6 +279,11 @@ class MoboStrategy(Strategy):
                 idx.insert(1, near)
                 exhaustive = 2
         centres = [np.asarray(ok[i].z, dtype=float) for i in idx]
+        pending = [t.z for t in trials if t.status == TrialStatus.PENDING]  # the batch in flight (X_pending)
+        Xp = torch.tensor(np.array(pending), dtype=torch.double) if pending else None
+        if pending and self.look_ahead:  # the batch in flight's first pick, searched as closely as the incumbent
+            centres.insert(1, np.asarray(pending[0], dtype=float))
+            exhaustive += 1
         pool = build_pool(
             self.space,
             centres,
@@ -278,21 +298,21 @@ class MoboStrategy(Strategy):
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
             return None, rng.random(self.space.dim)
         pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
-        lat = self._lat_models(gp, pool, ok)
+        lat = self._lat_models(gp, pool, [*ok, *(t for t in trials if t.status == TrialStatus.PENDING)])
         t2 = time.perf_counter()
         if kind == "cost":
             best_cost = float(c[feas].min()) if feas.any() else budget + 1.0
-            scores = self._log_cei_cost(lat, pool, pq, floor, cap, best_cost)
+            scores = self._log_cei_cost(lat, pool, pq, floor, cap, best_cost, Xp)
         elif kind == "pareto":
             base = front_layers(np.stack([-q, -y, c], axis=1), NEHVI_BASELINE)
-            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, budget=budget)
+            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, Xp, budget=budget)
         elif kind == "ei" and meets_floor(pq, floor).any():
             best = float(y[feas].max()) if feas.any() else -math.log(cap)
-            scores = self._log_ei(lat, pool, pq, floor, best)
+            scores = self._log_ei(lat, pool, pq, floor, best, Xp)
         else:
             kind = "ehvi"
             base = front_layers(np.stack([-q, -y], axis=1), NEHVI_BASELINE)
-            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap)
+            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, Xp)
         self.clock.add("propose.fit", t1 - t0)
         self.clock.add("propose.pool", t2 - t1)
         self.clock.add("propose.acquisition", time.perf_counter() - t2)
@@ -300,7 +320,14 @@ class MoboStrategy(Strategy):
         return pool, np.asarray(scores, dtype=float)
 
     def _log_cei_cost(
-        self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, cap: float, best_cost: float
+        self,
+        lat: list[Model],
+        pool: Pool,
+        pq: np.ndarray,
+        floor: float,
+        cap: float,
+        best_cost: float,
+        pending: Tensor | None,
     ) -> np.ndarray:
         """Constrained qLogEI on ``-$/h`` with ``P95 <= cap`` (:func:`acquisitions.log_cei_cost`); plans below
         the floor score -inf (the screen keeps them out of the pool anyway)."""
@@ -314,6 +341,7 @@ class MoboStrategy(Strategy):
             cap=cap,
             mc_samples=self.mc_samples,
             seed=self.seed,
+            pending=pending,
         )
         return np.where(meets_floor(pq, floor), s, -np.inf)
 
@@ -329,18 +357,23 @@ class MoboStrategy(Strategy):
         space = self.space
         return pointwise(lookup(known, lambda z: -space.decode(z).cost_per_hour))
 
-    def _log_ei(self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, best: float) -> np.ndarray:
+    def _log_ei(
+        self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, best: float, pending: Tensor | None
+    ) -> np.ndarray:
         """LogEI of ``-log P95`` over the incumbent (:func:`acquisitions.log_ei`); plans below the floor -inf."""
-        s = acquisitions.log_ei(lat, self._pool_tensor(pool), best=best, mc_samples=self.mc_samples, seed=self.seed)
+        s = acquisitions.log_ei(
+            lat, self._pool_tensor(pool), best=best, mc_samples=self.mc_samples, seed=self.seed, pending=pending
+        )
         return np.where(meets_floor(pq, floor), s, -np.inf)
 
     # ---- the latency outcome: the GP, or a cheaper evaluator's figure plus the GP's residual ------------
-    def _lat_models(self, gp: Model, pool: Pool, ok: Sequence[Trial]) -> list[Model]:
-        """Models whose outputs add up to ``-log P95``: ``[gp]``, or ``[prior, gp]`` with a prior (module doc)."""
+    def _lat_models(self, gp: Model, pool: Pool, known: Sequence[Trial]) -> list[Model]:
+        """Models whose outputs add up to ``-log P95``: ``[gp]``, or ``[prior, gp]`` with a prior (module doc);
+        ``known``: the trials whose plans the acquisition also asks about (the baseline, the pending ones)."""
         if self.prior is None:
             return [gp]
-        z = [*pool.z, *(t.z for t in ok)]
-        cands = [*pool.candidates, *(t.candidate for t in ok)]
+        z = [*pool.z, *(t.z for t in known)]
+        cands = [*pool.candidates, *(t.candidate for t in known)]
         return [self.prior.model(z, cands), gp]
 
     def _log_nehvi(
@@ -351,6 +384,7 @@ class MoboStrategy(Strategy):
         pq: np.ndarray,
         floor: float,
         cap: float,
+        pending: Tensor | None,
         budget: float | None = None,
     ) -> np.ndarray:
         """qLogNEHVI of (exact quality, ``-log P95``) with the reference point at the targets; with ``budget``,
@@ -365,6 +399,8 @@ class MoboStrategy(Strategy):
 
         known = {z.tobytes(): float(v) for z, v in zip(pool.z, pq, strict=True)}
         known.update((z.tobytes(), quality(z)) for z in X.numpy())
+        if pending is not None:
+            known.update((z.tobytes(), quality(z)) for z in pending.numpy())
         return acquisitions.log_nehvi(
             GenericDeterministicModel(pointwise(lookup(known, quality)), num_outputs=1),
             lat,
@@ -374,4 +410,5 @@ class MoboStrategy(Strategy):
             neg_cost=None if budget is None else GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1),
             mc_samples=self.mc_samples,
             seed=self.seed,
+            pending=pending,
         )

@@ -27,6 +27,7 @@ import numpy as np
 from boute.optimize.clock import SearchClock
 from boute.optimize.objectives import Objective
 from boute.optimize.space import Space
+from boute.optimize.status import TrialStatus
 from boute.optimize.strategies.base import Strategy
 from boute.optimize.strategies.design import SobolDesign
 from boute.optimize.surrogates.exact import pointwise
@@ -83,13 +84,14 @@ class GPMoboStrategy(Strategy):
         x0 = self._design.ask(trials)
         if x0 is not None:
             return x0
-        x = self._bo_step([t for t in trials if t.ok])
+        x = self._bo_step([t for t in trials if t.ok], [t.z for t in trials if t.status == TrialStatus.PENDING])
         seen = {t.candidate.key() for t in trials}
         if self.space.decode(x).key() in seen:
             return self._fallback(len(trials))  # the acquisition maximiser is a plan already evaluated: explore instead
         return x
 
-    def _bo_step(self, ok: Sequence[Trial]) -> np.ndarray:
+    def _bo_step(self, ok: Sequence[Trial], pending: Sequence[tuple[float, ...]] = ()) -> np.ndarray:
+        """The acquisition's maximiser, with ``pending`` (the batch in flight) as BoTorch's ``X_pending``."""
         import torch
         from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
         from botorch.sampling import SobolQMCNormalSampler
@@ -134,6 +136,7 @@ class GPMoboStrategy(Strategy):
             sampler=SobolQMCNormalSampler(sample_shape=torch.Size([self.mc_samples]), seed=self.seed),
             constraints=constraints,
             prune_baseline=True,
+            X_pending=torch.tensor(np.array(pending), dtype=torch.double) if pending else None,
         )
         d = self.space.dim
         bounds = torch.stack([torch.zeros(d), torch.ones(d)]).double()

@@ -19,6 +19,7 @@ import numpy as np
 from boute.optimize.evaluators.base import OVERLOAD_P95_S
 from boute.optimize.objectives import Objective
 from boute.optimize.space import Space
+from boute.optimize.status import TrialStatus
 from boute.optimize.strategies.base import Strategy
 from boute.optimize.trials import Trial
 
@@ -78,10 +79,15 @@ class NSGA2Strategy(Strategy):
         return self.ask_batch(trials, 1)[0]
 
     def ask_batch(self, trials: Sequence[Trial], q: int) -> list[np.ndarray]:
-        """The rest of the current generation, at most ``q`` of it (a generation is told once complete)."""
+        """The rest of the current generation, at most ``q`` of it (a generation is told once complete); none
+        while a generation to tell has members in flight (:attr:`TrialStatus.PENDING`): the loop then waits for
+        their results and asks again."""
         n = len(trials)
         while self._batch is None or n >= self._start + len(self._batch):
             if self._batch is not None:
+                members = trials[self._start : self._start + len(self._batch)]
+                if any(t.status == TrialStatus.PENDING for t in members):
+                    return []
                 self._tell(trials)
                 self._start += len(self._batch)
             self._batch = self._algo.ask()

@@ -22,8 +22,9 @@ Mapped onto a search of :mod:`boute.optimize.loop`:
 
 Stateless over history, like every strategy here: each ask builds an in-memory study from the trials so far
 (the point each one asked for and its outcome) with a sampler seeded by ``(seed, len(trials))``, so a resumed
-search asks exactly what the interrupted one would have. A batch is ``q`` asks of that study, the constant
-liar keeping them apart. Optuna is imported on first use only.
+search asks exactly what the interrupted one would have. The batch in flight (:attr:`TrialStatus.PENDING`
+trials) joins the study as running trials. A batch is ``q`` asks of that study, the constant liar keeping
+them apart from each other and from the running ones. Optuna is imported on first use only.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from boute.errors import BouteError
 from boute.optimize.evaluators.base import OVERLOAD_P95_S
 from boute.optimize.objectives import Objective
 from boute.optimize.space import Space
+from boute.optimize.status import TrialStatus
 from boute.optimize.strategies.base import Strategy
 from boute.optimize.trials import Trial
 
@@ -83,7 +85,7 @@ class TPEStrategy(Strategy):
     def _n_startup_now(self, trials: Sequence[Trial]) -> int:
         """Start-up points to ask before TPE models the trials (module doc): ``n_startup``, or every ask while
         nothing has been evaluated past it."""
-        if len(trials) < self._n_startup or any(t.evaluated for t in trials):
+        if len(trials) < self._n_startup or any(t.evaluated and t.status != TrialStatus.PENDING for t in trials):
             return self._n_startup
         return 2**31 - 1
 
@@ -100,8 +102,12 @@ class TPEStrategy(Strategy):
         dist = optuna.distributions.FloatDistribution(0.0, 1.0)
         dists = dict.fromkeys(self._names, dist)
         for t in trials:
-            values, constraints = self._outcome(t)
             params = {n: float(min(1.0, max(0.0, v))) for n, v in zip(self._names, t.x, strict=True)}
+            if t.status == TrialStatus.PENDING:  # in flight: a running trial, which the constant liar keeps apart
+                running = optuna.trial.TrialState.RUNNING
+                study.add_trial(optuna.trial.create_trial(state=running, params=params, distributions=dists))
+                continue
+            values, constraints = self._outcome(t)
             study.add_trial(
                 optuna.trial.create_trial(values=values, params=params, distributions=dists, constraints=constraints)
             )
