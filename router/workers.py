@@ -17,8 +17,9 @@ The supervisor (this module, the process ``python -m router --workers N`` starts
 - **a worker dies later** (crash, OOM kill): it is replaced, and its connections are lost (SO_REUSEPORT:
   connections waiting in the dead worker's accept queue are reset). More than ``MAX_RESTARTS`` replacements
   within ``RESTART_WINDOW_S`` stop the serve (exit 1): a worker that keeps dying is not hidden.
-- **SIGTERM or SIGINT** (Ctrl-C): each worker gets one SIGINT and drains (uvicorn stops accepting, waits for
-  requests in flight up to ``drain_timeout_s``); after that and a margin, SIGKILL. Workers run in their own
+- **SIGTERM or SIGINT** (Ctrl-C): each ready worker gets one SIGINT and drains (uvicorn stops accepting, waits
+  for requests in flight up to ``drain_timeout_s``), one still starting gets SIGTERM (it has nothing to drain,
+  and a SIGINT would end its start-up with a KeyboardInterrupt traceback); after that and a margin, SIGKILL. Workers run in their own
   process group, so a terminal's Ctrl-C reaches them only through the supervisor, once: further signals are
   not passed on (a terminal's Ctrl-C and ``boute serve``'s stop both reach the supervisor, and uvicorn takes a
   second SIGINT as "quit now", cutting the drain short). Each worker asks the kernel for SIGTERM should the
@@ -143,10 +144,13 @@ class Supervisor:
         self.stop_signal = signum  # a second one changes nothing: the workers drain once (see the module docstring)
 
     def _signal_workers(self) -> None:
-        for proc in self.procs.values():
+        """SIGINT to a ready worker (uvicorn drains it); SIGTERM to one still starting, which has nothing to drain:
+        Python's default SIGINT would raise KeyboardInterrupt wherever its start-up is (an import, say) and print
+        a traceback, while the default SIGTERM ends it quietly (and uvicorn, once listening, drains on either)."""
+        for pid, proc in self.procs.items():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGINT)
+                    proc.send_signal(signal.SIGINT if pid in self.ready else signal.SIGTERM)
 
     def _spawn(self) -> None:
         env = {**os.environ, PARENT_ENV: str(os.getpid())}
@@ -191,7 +195,7 @@ class Supervisor:
         return None
 
     def _stop_all(self) -> None:
-        """SIGINT to every worker (they drain), then SIGKILL to any left after the drain timeout and a margin."""
+        """A stop signal to every worker (:meth:`_signal_workers`: they drain), then SIGKILL to any left after the drain timeout and a margin."""
         self._signal_workers()
         deadline = time.monotonic() + self.drain_timeout_s + KILL_MARGIN_S
         for proc in self.procs.values():
