@@ -80,7 +80,9 @@ def register(app: typer.Typer) -> None:
             "p95_latency_s",
             "p99_latency_s",
             "mean_latency_s",
+            "p50_ttft_s",
             "p95_ttft_s",
+            "cached_token_share",
             "throughput_rps",
             "slo_attainment",
             "cost_per_hour",
@@ -88,4 +90,6 @@ def register(app: typer.Typer) -> None:
         )
         for k in keys:
             v = summary[k]
+            if v is None:  # cached_token_share: the workload's prompts share no prefixes
+                continue
             typer.echo(f"{k:>16}: {v:.4g}" if isinstance(v, float) else f"{k:>16}: {v}")

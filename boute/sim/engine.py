@@ -19,11 +19,13 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from boute.errors import BouteError, InfeasibleError
 from boute.perf import replica_perf, scenario_catalog
+from boute.perf.prefix_cache import PrefixCache
 from boute.sim.capacity import Lengths, replica_weights
 from boute.sim.replica import DECODE, IDLE, SimReplica
 from boute.sim.result import SimResult
@@ -305,6 +307,7 @@ def simulate(
     weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
     replicas, by_tier = build_replicas(plan, timings, weights)
     check_served(plan, route, by_tier)
+    cached = with_prefix_caches(replicas, workload)
     loop = Scheduler(
         replicas,
         by_tier,
@@ -316,7 +319,23 @@ def simulate(
     )
     horizon = float(workload.duration_s)
     capped = loop.run(max_sim_time_s if max_sim_time_s is not None else 10.0 * horizon + 600.0)
-    return _result(plan, scenario, workload, route, timings, loop, capped=capped, wall0=wall0)
+    result = _result(plan, scenario, workload, route, timings, loop, capped=capped, wall0=wall0)
+    if cached is None:
+        return result
+    return replace(result, cached_tokens=np.asarray(cached, dtype=np.int64), prompt_tokens=workload.input_tokens)
+
+
+def with_prefix_caches(replicas: Sequence[SimReplica], workload: Workload) -> list[int] | None:
+    """Give every replica a prefix cache the size of its KV pool when the workload's prompts share prefixes;
+    the list each request's hit (at the last replica that served it) is written to, else None."""
+    if workload.prefixes is None:
+        return None
+    cached = [0] * len(workload)
+    for r in replicas:
+        r.cache = PrefixCache(r.timing.kv_capacity)
+        r.prefixes = workload.prefixes
+        r.cached = cached
+    return cached
 
 
 def _result(

@@ -13,14 +13,25 @@ Scheduling at every iteration boundary (SGLang's default, no mixed prefill/decod
 
 The replica only keeps aggregate state (batch size, total context, a heap of finishing step numbers),
 so an event costs O(log batch) regardless of how many tokens it covers.
+
+Prefix cache (when the workload's prompts share prefixes, :mod:`boute.workload.prefixes`): at admission a
+request's longest cached prefix (:class:`boute.perf.prefix_cache.PrefixCache`) is neither prefilled nor
+reserved again, so its prefill covers tokens ``hit .. input`` (attention over the cached part included)
+and its KV reservation is ``input - hit + output``. Its prompt is cached when its prefill completes, its
+prompt and answer when it finishes, each time within the KV the running requests leave.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import TYPE_CHECKING
 
 from boute.sim.timing import ReplicaTiming
+
+if TYPE_CHECKING:
+    from boute.perf.prefix_cache import PrefixCache
+    from boute.workload.prefixes import Prefixes
 
 IDLE, PREFILL, DECODE = 0, 1, 2
 
@@ -51,6 +62,9 @@ class SimReplica:
         "outstanding",
         "served",
         "busy_s",
+        "cache",
+        "prefixes",
+        "cached",
     )
 
     def __init__(self, index: int, tier: int, group: int, timing: ReplicaTiming, weight: float) -> None:
@@ -76,6 +90,11 @@ class SimReplica:
         self.outstanding = 0  # requests assigned and not finished
         self.served = 0
         self.busy_s = 0.0
+        # the prefix cache (boute.perf.prefix_cache), set by the engine when the workload's prompts share
+        # prefixes: ``cached[rid]`` is the hit of request rid at its current replica
+        self.cache: PrefixCache | None = None
+        self.prefixes: Prefixes | None = None
+        self.cached: list[int] = []
 
     def can_admit(self, need: int) -> bool:
         return self.kv_used + need <= self.timing.kv_capacity and self.batch < self.timing.max_running
@@ -105,10 +124,11 @@ class SimReplica:
             if self.kv_used + need > kv_cap:
                 break
             waiting.popleft()
-            self.kv_used += need
-            take = min(budget, inp[rid])
-            sq += float(take) * take
-            items.append((rid, take, take >= inp[rid]))
+            hit = self._match(rid, inp[rid]) if self.cache is not None else 0
+            self.kv_used += need - hit
+            take = min(budget, inp[rid] - hit)
+            sq += float(hit + take) ** 2 - float(hit) * hit
+            items.append((rid, take, hit + take >= inp[rid]))
             tokens += take
             budget -= take
             admitted += 1
@@ -135,9 +155,14 @@ class SimReplica:
             self.partial = -1
             for rid, take, complete in self.plan_items:
                 if not complete:
-                    self.partial_done = (self.partial_done if rid == previous else 0) + take
+                    start = (
+                        self.partial_done if rid == previous else (self.cached[rid] if self.cache is not None else 0)
+                    )
+                    self.partial_done = start + take
                     self.partial = rid
                     continue
+                if self.cache is not None:
+                    self._store(self.prefixes.prompt_path(rid))  # type: ignore[union-attr]
                 ttft[rid] = end
                 remaining = out[rid] - 1
                 if remaining <= 0:
@@ -160,8 +185,25 @@ class SimReplica:
                 self._complete(rid, inp, out, done)
         self.now = end
 
+    def _match(self, rid: int, prompt_tokens: int) -> int:
+        """The cached prefix of request ``rid``'s prompt, which it then neither prefills nor reserves again."""
+        hit = self.cache.match(self.prefixes.prompt_path(rid), prompt_tokens)  # type: ignore[union-attr]
+        self.cached[rid] = hit
+        return hit
+
+    def _store(self, path: tuple[tuple[int, int], ...]) -> None:
+        """Cache ``path`` within what the running requests leave of the KV pool (SGLang's cache and running
+        requests share one pool; counting a running prompt in both is this model's conservative side)."""
+        cache = self.cache
+        cache.insert(path)  # type: ignore[union-attr]
+        cache.limit(self.timing.kv_capacity - self.kv_used)  # type: ignore[union-attr]
+
     def _complete(self, rid: int, inp: list[int], out: list[int], done: list[int]) -> None:
-        self.kv_used -= inp[rid] + out[rid]
+        if self.cache is not None:
+            self.kv_used -= inp[rid] + out[rid] - self.cached[rid]
+            self._store(self.prefixes.full_path(rid, out[rid]))  # type: ignore[union-attr]
+        else:
+            self.kv_used -= inp[rid] + out[rid]
         self.outstanding -= 1
         self.served += 1
         done.append(rid)

@@ -38,6 +38,19 @@ class SimResult:
     sim_end_s: float
     wall_s: float
     timing_error: float
+    #: prompt tokens each request found in its replica's prefix cache (None: the prompts share no prefixes)
+    cached_tokens: np.ndarray | None = None
+    #: prompt tokens of each request, beside ``cached_tokens``
+    prompt_tokens: np.ndarray | None = None
+
+    @property
+    def cached_share(self) -> float | None:
+        """Share of the completed requests' prompt tokens served from a prefix cache (None: no prefixes)."""
+        if self.cached_tokens is None or self.prompt_tokens is None:
+            return None
+        done = self.completed
+        total = float(self.prompt_tokens[done].sum())
+        return float(self.cached_tokens[done].sum()) / total if total > 0 else 0.0
 
     @property
     def completed(self) -> np.ndarray:
@@ -71,7 +84,9 @@ class SimResult:
             "p95_latency_s": _quantile(e2e, 0.95),
             "p99_latency_s": _quantile(e2e, 0.99),
             "mean_latency_s": float(e2e[done].mean()) if done.any() else float("nan"),
+            "p50_ttft_s": _quantile(np.where(done, self.ttft_s, np.inf), 0.50),
             "p95_ttft_s": _quantile(np.where(done, self.ttft_s, np.inf), 0.95),
+            "cached_token_share": self.cached_share,
             "mean_tpot_s": float(self.tpot_s[done].mean()) if done.any() else float("nan"),
             "throughput_rps": in_window / (t1 - t0) if t1 > t0 else float("nan"),
             "offered_rps": float(n / self.duration_s) if self.duration_s > 0 else float("nan"),

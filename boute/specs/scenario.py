@@ -125,6 +125,40 @@ class ScoreMix(_Frozen):
         return self
 
 
+class SystemPrompts(_Frozen):
+    """Shared system prompts: each conversation opens with one of ``count`` prompts of ``min_tokens`` to
+    ``max_tokens`` tokens (uniform), the k-th most popular chosen with probability proportional to
+    ``k ** -zipf`` (agents, RAG templates: a few prompts carry most traffic)."""
+
+    count: PositiveInt = Field(8, description="how many distinct system prompts")
+    min_tokens: PositiveInt = Field(500, description="shortest system prompt, tokens")
+    max_tokens: PositiveInt = Field(3000, description="longest system prompt, tokens")
+    zipf: float = Field(1.1, ge=0, le=10, description="popularity skew: P(k) proportional to k^-zipf (0: uniform)")
+
+    @model_validator(mode="after")
+    def _check(self) -> SystemPrompts:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be >= min_tokens ({self.min_tokens})")
+        return self
+
+
+class Conversations(_Frozen):
+    """Multi-turn conversations: each conversation has ``turns`` requests on one conversation id, and turn
+    k + 1's prompt repeats turn k's prompt and its answer before the new question (MT-Bench's turn 2).
+    Turn k + 1 takes the first arrival at least ``think_s`` (exponential, this mean) after turn k's."""
+
+    turns: int = Field(2, ge=1, le=64, description="requests per conversation")
+    think_s: float = Field(20.0, ge=0, description="mean gap from one turn's arrival to the next's, seconds")
+
+
+class Prefixes(_Frozen):
+    """What the requests' prompts share, for the prefix cache (:mod:`boute.workload.prefixes`); absent: no
+    prompt shares a prefix with another, as before."""
+
+    system_prompts: SystemPrompts | None = None
+    conversations: Conversations | None = None
+
+
 class Workload(_Frozen):
     arrivals: Arrivals = Arrivals()
     rate_rps: PositiveFloat = 100.0
@@ -132,6 +166,17 @@ class Workload(_Frozen):
     mix: ScoreMix | None = Field(None, description="observed difficulty mix (a re-plan's); default: the profile's")
     duration_s: PositiveFloat = Field(60.0, description="simulated horizon in seconds")
     seed: NonNegativeInt = 0
+    prefixes: Prefixes | None = Field(None, description="shared system prompts and multi-turn conversations")
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        sp = self.prefixes.system_prompts if self.prefixes is not None else None
+        if sp is not None and sp.max_tokens >= self.lengths.max_input:
+            raise ValueError(
+                f"prefixes.system_prompts.max_tokens ({sp.max_tokens}) must be below lengths.max_input "
+                f"({self.lengths.max_input}): a prompt holds its system prompt and at least one token more"
+            )
+        return self
 
 
 class TargetSection(_Frozen):

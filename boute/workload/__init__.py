@@ -14,6 +14,7 @@ import numpy as np
 from boute.data import data_path
 from boute.specs.scenario import Scenario
 from boute.workload.arrivals import read_trace, renewal_arrivals, trace_arrivals
+from boute.workload.prefixes import Prefixes, draw_prefixes
 from boute.workload.profiles import ProfileLengths, profile_lengths
 
 
@@ -28,6 +29,8 @@ class Workload:
     #: int64 (requests, tiers): the answer length tier k gives request i, where the profile records every
     #: tier's responses (:mod:`boute.workload.profiles`); None: every tier answers ``output_tokens``
     tier_output_tokens: np.ndarray | None = None
+    #: what the prompts share (system prompts, earlier turns) for the prefix cache; None: nothing
+    prefixes: Prefixes | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -152,7 +155,9 @@ def build_workload(
     if not (rate > 0 and duration > 0):
         raise ValueError(f"rate_rps and duration_s must be > 0, got {rate} and {duration}")
     seq = np.random.SeedSequence(wl.seed if seed is None else seed)
-    rng_arrivals, rng_lengths = (np.random.default_rng(s) for s in seq.spawn(2))
+    # a third stream for prefixes: spawn(3)'s first two children are spawn(2)'s, so workloads without
+    # prefixes are drawn exactly as before
+    rng_arrivals, rng_lengths, rng_prefixes = (np.random.default_rng(s) for s in seq.spawn(3))
     base = scenario.source.parent if scenario.source is not None else None
     trace_rows = None
     if wl.arrivals.kind == "trace":
@@ -160,7 +165,10 @@ def build_workload(
     else:
         arrivals = renewal_arrivals(wl.arrivals.kind, rate, duration, wl.arrivals.cv, rng_arrivals)
     inp, out, pidx, per_tier = _lengths(scenario, len(arrivals), trace_rows, rng_lengths, rows)
-    return Workload(arrivals.astype(np.float64), inp, out, pidx, rate, duration, per_tier)
+    prefixes = None
+    if wl.prefixes is not None:  # the drawn prompt becomes each request's new text after what it shares
+        prefixes, inp = draw_prefixes(wl.prefixes, arrivals, inp, out, wl.lengths.max_input, rng_prefixes)
+    return Workload(arrivals.astype(np.float64), inp, out, pidx, rate, duration, per_tier, prefixes)
 
 
 def replay_workload(
@@ -230,6 +238,7 @@ def tier_workload_stats(w: Workload, route: np.ndarray | None, n_tiers: int) -> 
 
 
 __all__ = [
+    "Prefixes",
     "Workload",
     "WorkloadStats",
     "build_workload",

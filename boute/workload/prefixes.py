@@ -1,0 +1,153 @@
+"""What requests' prompts share: shared system prompts and multi-turn conversations, as a tree of segments.
+
+Why a tree: a prompt that repeats another's beginning can be served from a replica's prefix cache
+(:mod:`boute.perf.prefix_cache`), and what it repeats is always a chain of earlier segments: a system
+prompt, then a conversation's turn-1 question, its answer, the turn-2 question, and so on. Each segment is a
+*node* (its parent and the tokens it adds); a request's prompt is the path from a root to its
+``prompt_node``, and the answer a later turn repeats is its ``answer_node`` (a child of the prompt node).
+Node ids are the cache keys: equal ids are equal content, so a path is a valid prefix-cache path as is.
+
+The drawing rules (``workload.prefixes`` of a scenario, :class:`boute.specs.scenario.Prefixes`):
+
+- **conversations**: requests are taken in arrival order; a request becomes the next turn of the oldest
+  conversation whose next turn is due (due at the previous turn's arrival + an exponential think time of
+  mean ``think_s``), else it opens a new conversation. Turn k + 1's prompt is turn k's prompt, turn k's
+  answer (its recorded length, ``output_tokens``) and a new question of the request's own drawn length.
+  A conversation whose next prompt would pass ``lengths.max_input`` ends there; that request opens a new one.
+- **system prompts**: a conversation opens with system prompt k (of ``count``, lengths uniform in
+  ``[min_tokens, max_tokens]``) with probability proportional to ``k ** -zipf``.
+
+Prompt lengths grow accordingly: ``input_tokens`` becomes the whole path's tokens, so the simulator and the
+fast path charge a cache miss its full prefill.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from boute.specs.scenario import Prefixes as PrefixSpec
+
+Segment = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    """The segment tree of a workload and each request's place in it (module docstring)."""
+
+    parent: np.ndarray  # int64 per node: its parent node, -1 for a root
+    tokens: np.ndarray  # int64 per node: tokens it adds to its parent's
+    prompt_node: np.ndarray  # int64 per request: its prompt is the path from a root to this node
+    answer_node: np.ndarray  # int64 per request: the node of its answer a later turn repeats, -1 none
+    conversation: np.ndarray  # int64 per request: its conversation id
+    turn: np.ndarray  # int64 per request: 1 for a conversation's first request
+    _paths: dict[int, tuple[Segment, ...]] = field(default_factory=dict, repr=False, compare=False)
+
+    def path(self, node: int) -> tuple[Segment, ...]:
+        """The segments ``(node id, tokens)`` from a root to ``node``, root first (memoised)."""
+        got = self._paths.get(node)
+        if got is None:
+            parent = int(self.parent[node])
+            own = ((node, int(self.tokens[node])),)
+            got = own if parent < 0 else self.path(parent) + own
+            self._paths[node] = got
+        return got
+
+    def prompt_path(self, request: int) -> tuple[Segment, ...]:
+        return self.path(int(self.prompt_node[request]))
+
+    def full_path(self, request: int, answer_tokens: int) -> tuple[Segment, ...]:
+        """The prompt and the answer as served (what a replica caches when the request finishes): the answer is
+        the node a later turn repeats where there is one, else a segment no other request shares."""
+        node = int(self.answer_node[request])
+        if node >= 0:
+            return self.path(node)
+        return self.prompt_path(request) + ((-1 - request, int(answer_tokens)),)
+
+    def own_tokens(self) -> np.ndarray:
+        """Each request's tokens that no other prompt holds (its own last segment): what it prefills at best."""
+        return self.tokens[self.prompt_node]
+
+    def shared_share(self, input_tokens: np.ndarray) -> float:
+        """Share of all prompt tokens that repeat an earlier segment (the most a cache could skip)."""
+        own = self.own_tokens()
+        total = float(np.sum(input_tokens))
+        return float(np.sum(input_tokens - own)) / total if total > 0 else 0.0
+
+
+class _Tree:
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.tokens: list[int] = []
+        self.total: list[int] = []  # tokens from the root through the node
+
+    def add(self, parent: int, tokens: int) -> int:
+        self.parent.append(parent)
+        self.tokens.append(tokens)
+        self.total.append(tokens + (self.total[parent] if parent >= 0 else 0))
+        return len(self.parent) - 1
+
+
+def draw_prefixes(
+    spec: PrefixSpec,
+    arrival_s: np.ndarray,
+    question_tokens: np.ndarray,
+    answer_tokens: np.ndarray,
+    max_input: int,
+    rng: np.random.Generator,
+) -> tuple[Prefixes, np.ndarray]:
+    """The segment tree for requests arriving at ``arrival_s`` whose own new text is ``question_tokens`` long,
+    and each request's whole prompt length (module docstring for the rules)."""
+    n = len(arrival_s)
+    tree = _Tree()
+    roots = _system_prompts(spec, tree, rng)
+    popularity = None if not roots else np.arange(1, len(roots) + 1, dtype=float) ** -spec.system_prompts.zipf  # type: ignore[union-attr]
+    opener = (
+        rng.choice(len(roots), size=n, p=popularity / popularity.sum()) if popularity is not None else np.zeros(n, int)
+    )
+    conv = spec.conversations
+    think = rng.exponential(conv.think_s, size=n) if conv is not None and conv.think_s > 0 else np.zeros(n)
+    prompt_node = np.empty(n, dtype=np.int64)
+    answer_node = np.full(n, -1, dtype=np.int64)
+    conversation = np.empty(n, dtype=np.int64)
+    turn = np.ones(n, dtype=np.int64)
+    due: list[tuple[float, int, int]] = []  # (due time, conversation, its last request)
+    conversations = 0
+    for i in range(n):
+        q = int(question_tokens[i])
+        prev = -1
+        if due and due[0][0] <= arrival_s[i]:
+            _, c, prev = heapq.heappop(due)
+            answer = answer_node[prev] = tree.add(int(prompt_node[prev]), int(answer_tokens[prev]))
+            if tree.total[answer] + q > max_input:  # the context is full: this request opens a new conversation
+                answer_node[prev], prev = -1, -1
+        if prev >= 0:
+            conversation[i], turn[i] = c, turn[prev] + 1
+            parent = int(answer_node[prev])
+        else:
+            conversation[i], conversations = conversations, conversations + 1
+            parent = roots[int(opener[i])] if roots else -1
+        room = max_input - (tree.total[parent] if parent >= 0 else 0)
+        prompt_node[i] = tree.add(parent, max(1, min(q, room)))
+        if conv is not None and turn[i] < conv.turns:
+            heapq.heappush(due, (float(arrival_s[i] + think[i]), int(conversation[i]), i))
+    total = np.asarray(tree.total, dtype=np.int64)
+    prefixes = Prefixes(
+        np.asarray(tree.parent, dtype=np.int64),
+        np.asarray(tree.tokens, dtype=np.int64),
+        prompt_node,
+        answer_node,
+        conversation,
+        turn,
+    )
+    return prefixes, total[prompt_node]
+
+
+def _system_prompts(spec: PrefixSpec, tree: _Tree, rng: np.random.Generator) -> list[int]:
+    sp = spec.system_prompts
+    if sp is None:
+        return []
+    lengths = rng.integers(sp.min_tokens, sp.max_tokens + 1, size=sp.count)
+    return [tree.add(-1, int(t)) for t in lengths]

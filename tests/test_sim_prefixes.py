@@ -1,0 +1,125 @@
+"""Workloads whose prompts share prefixes (boute/workload/prefixes.py) and the simulator's prefix cache
+(boute/sim/replica.py with boute/perf/prefix_cache.py): what is drawn, what hits, and what a hit saves."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from boute.errors import SpecError
+from boute.sim import simulate
+from boute.specs import Plan
+from boute.specs.io import validate
+from boute.specs.scenario import Scenario
+from boute.workload import build_workload
+
+SMALL = {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090"}
+
+
+def _plan(count: int) -> Plan:
+    return Plan.model_validate(
+        {
+            "routing": {"mode": "preroute", "tiers": ["small"], "fractions": [1.0], "scorer": "length"}
+            | {"reference": "builtin:gsm8k"},
+            "deployment": [{**SMALL, "count": count}],
+        }
+    )
+
+
+def _scenario(base: Scenario, prefixes: dict[str, Any] | None, **workload: Any) -> Scenario:
+    data = base.model_dump()
+    data["workload"] = {**data["workload"], "prefixes": prefixes, **workload}
+    sc = validate(Scenario, data, "scenario.yaml")
+    sc._source = base.source
+    return sc
+
+
+@pytest.fixture(scope="module")
+def base(poisson_scenario: Scenario) -> Scenario:
+    return poisson_scenario
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_conversations_repeat_the_previous_turn_and_its_answer(base: Scenario, seed: int) -> None:
+    spec = {"system_prompts": {"count": 5, "min_tokens": 200, "max_tokens": 900}, "conversations": {"turns": 3}}
+    sc = _scenario(base, spec, seed=seed, rate_rps=20, duration_s=120)
+    w = build_workload(sc)
+    p = w.prefixes
+    assert p is not None
+    for i in range(len(w)):
+        path = p.prompt_path(i)
+        assert sum(t for _, t in path) == w.input_tokens[i] <= sc.workload.lengths.max_input
+        assert path[0][0] < 5  # every conversation opens with one of the system prompts
+    follow = np.flatnonzero(p.turn > 1)
+    assert len(follow) > len(w) // 4 and p.turn.max() <= 3
+    for i in follow:
+        prev = np.flatnonzero((p.conversation == p.conversation[i]) & (p.turn == p.turn[i] - 1))
+        assert len(prev) == 1 and w.arrival_s[prev[0]] <= w.arrival_s[i]
+        # turn k + 1 starts with turn k's prompt and its answer, as it was recorded
+        before = p.full_path(int(prev[0]), int(w.output_tokens[prev[0]]))
+        assert p.prompt_path(i)[: len(before)] == before
+        assert before[-1][1] == w.output_tokens[prev[0]]
+    # the popular system prompt opens more conversations than the least popular (zipf 1.1 over 5)
+    first = np.bincount([p.prompt_path(i)[0][0] for i in range(len(w)) if p.turn[i] == 1], minlength=5)
+    assert first[0] > first[4]
+
+
+def test_a_workload_without_prefixes_is_drawn_as_before(base: Scenario) -> None:
+    plain = build_workload(base)
+    with_sp = build_workload(_scenario(base, {"system_prompts": {"count": 3}}))
+    assert plain.prefixes is None
+    np.testing.assert_array_equal(plain.arrival_s, with_sp.arrival_s)
+    np.testing.assert_array_equal(plain.output_tokens, with_sp.output_tokens)
+    own = with_sp.prefixes.tokens[with_sp.prefixes.prompt_node]  # type: ignore[union-attr]
+    np.testing.assert_array_equal(own, plain.input_tokens)  # the drawn prompt is the new text after the system prompt
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_hits_skip_prefill_and_nothing_else_changes(base: Scenario, replicas: int) -> None:
+    """The same requests with and without the cache: hits are at most the shared tokens, every completed
+    request is as long, and the replicas spend less time in prefill, so first tokens come sooner."""
+    sc = _scenario(base, {"system_prompts": {"count": 4, "min_tokens": 1000, "max_tokens": 2500}}, rate_rps=8)
+    w = build_workload(sc, duration_s=90)
+    cached = simulate(_plan(replicas), sc, w)
+    blind = simulate(_plan(replicas), sc, replace(w, prefixes=None))
+    assert blind.cached_tokens is None and blind.summary()["cached_token_share"] is None
+    hits = cached.cached_tokens
+    assert hits is not None
+    shared = w.input_tokens - w.prefixes.tokens[w.prefixes.prompt_node]  # type: ignore[union-attr]
+    assert np.all(hits <= shared) and np.all(hits <= w.input_tokens - 1)
+    share = cached.summary()["cached_token_share"]
+    assert 0.5 < share <= float(shared.sum() / w.input_tokens.sum())
+    assert cached.summary()["completed"] == blind.summary()["completed"] == len(w)
+    assert cached.replica_busy_s.sum() < blind.replica_busy_s.sum()
+    assert np.median(cached.ttft_s) < 0.7 * np.median(blind.ttft_s)
+
+
+def test_a_small_kv_pool_evicts_and_hits_less(base: Scenario) -> None:
+    """Twenty system prompts of ~3k tokens (60k) do not fit in a 4090 replica's pool (8B bf16: ~39k KV
+    tokens), less what its running requests hold; an H100's (~443k) keeps them all, so it hits far more."""
+    spec = {"system_prompts": {"count": 20, "min_tokens": 2500, "max_tokens": 3500, "zipf": 0.0}}
+    sc = _scenario(base, spec, rate_rps=6)
+    w = build_workload(sc, duration_s=120)
+    small = simulate(_plan(1), sc, w).summary()["cached_token_share"]
+    big_plan = Plan.model_validate({**_plan(1).model_dump(), "deployment": [{**SMALL, "gpu": "h100-sxm", "count": 1}]})
+    big = simulate(big_plan, sc, w).summary()["cached_token_share"]
+    assert small < 0.5 < 0.9 < big
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "field"),
+    [
+        ({"system_prompts": {"min_tokens": 900, "max_tokens": 800}}, "max_tokens"),
+        ({"system_prompts": {"max_tokens": 9000}}, "max_input"),
+        ({"conversations": {"turns": 0}}, "turns"),
+        ({"system_prompts": {"zipf": -1}}, "zipf"),
+        ({"convos": {}}, "convos"),
+    ],
+)
+def test_a_bad_prefix_section_names_its_field(base: Scenario, prefixes: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError, match=field) as err:
+        _scenario(base, prefixes)
+    assert "scenario.yaml" in str(err.value) and "prefixes" in str(err.value)
