@@ -123,3 +123,17 @@ def test_a_bad_prefix_section_names_its_field(base: Scenario, prefixes: dict[str
     with pytest.raises(SpecError, match=field) as err:
         _scenario(base, prefixes)
     assert "scenario.yaml" in str(err.value) and "prefixes" in str(err.value)
+
+
+def test_verify_refuses_to_replay_prefixes_it_would_not_send() -> None:
+    """`boute verify` replays bare profile prompts: on a scenario whose promise counted system prompts and
+    earlier turns that would measure a lighter stream than the one promised, so it says so instead."""
+    from boute.errors import BouteError
+    from boute.quality import quality_model_for
+    from boute.quality.profiles import load_profile
+    from boute.serving.verify import build_requests
+    from boute.specs import load_scenario
+
+    sc = load_scenario("builtin:shared-system-prompt")
+    with pytest.raises(BouteError, match="workload.prefixes"):
+        build_requests(sc, load_profile(sc.quality.profile), quality_model_for(sc).test_index, duration_s=5)

@@ -66,6 +66,13 @@ def build_requests(
     from boute.workload import replay_workload
     from boute.workload.profiles import profile_lengths
 
+    if scenario.workload.prefixes is not None:
+        # the simulator judged prompts that carry system prompts and earlier turns; replaying the bare profile
+        # prompts would measure a lighter stream than the one promised and call it kept
+        raise BouteError(
+            f"scenario '{scenario.name}': workload.prefixes: boute verify cannot replay shared prefixes yet "
+            "(system prompts and earlier turns are not sent); verify a plan of a scenario without them"
+        )
     w = replay_workload(
         scenario, np.asarray(held_out, dtype=np.int64), duration_s=duration_s, rate_rps=rate_rps, seed=seed
     )
