@@ -81,7 +81,14 @@ async def test_engine_cancel_frees_the_slot() -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cfg = ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", port=free_port(), profile_model=COLUMN, speedup=50)
+    cfg = ReplicaConfig(
+        model="llama-3.1-8b",
+        gpu="h100-sxm",
+        port=free_port(),
+        profile_model=COLUMN,
+        speedup=50,
+        enable_cache_report=True,
+    )
     procs = spawn_replicas([cfg], tmp_path_factory.mktemp("emu"))
     url = f"http://127.0.0.1:{cfg.port}"
     try:
@@ -270,3 +277,71 @@ async def test_a_cancelled_request_caches_what_it_computed() -> None:
     assert eng.cache.peek(token_path(done + ("x",)), len(done) + 2) < len(done) + 1  # not the last token
     assert eng.cache.peek(token_path(queued)) == 0 and behind.emitted == 0
 
+
+def _cache_stats(backend: str) -> tuple[int, int]:
+    info = httpx.get(backend + "/server_info").json()
+    return info["cache_hit_tokens"], info["cache_lookup_tokens"]
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens_as_sglang(backend: str) -> None:
+    """With --enable-cache-report, usage.prompt_tokens_details.cached_tokens is the cache's hit, in the whole
+    answer and in a stream's usage chunk; /generate's meta_info.cached_tokens always; /server_info sums them."""
+    import openai
+
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    prompt = " ".join(f"repeated{i}" for i in range(300))
+    hit0, asked0 = _cache_stats(backend)
+    first = client.completions.create(model="x", prompt=prompt, max_tokens=3)
+    again = client.completions.create(model="x", prompt=prompt, max_tokens=3)
+    n = first.usage.prompt_tokens
+    assert n > 300 and again.usage.prompt_tokens == n
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == n - 1  # the prompt was cached whole: all but its last
+    stream = client.completions.create(
+        model="x", prompt=prompt, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    )
+    usage = [c.usage for c in stream if c.usage is not None][-1]
+    assert usage.prompt_tokens_details.cached_tokens == n - 1
+    gen = httpx.post(backend + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 2}}).json()
+    assert gen["meta_info"]["cached_tokens"] == n - 1
+    assert gen["meta_info"]["cached_tokens_details"] == {"device": n - 1, "host": 0}  # SGLang's radix cache: device
+    hit, asked = _cache_stats(backend)
+    assert (hit - hit0, asked - asked0) == (3 * (n - 1), 4 * n)
+
+
+def test_a_conversations_next_turn_hits_the_previous_prompt_and_answer(backend: str) -> None:
+    """Turn 2 repeats turn 1's messages and its answer: SGLang cached turn 1 with its answer, so turn 2 hits at
+    least all of it but a partial block (the cache's 16-token blocks) and the answer's last token (no KV)."""
+    import openai
+
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    question, _ = _known()  # a recorded answer: its tokens, re-read in turn 2, are the ones generated
+    turn1 = [{"role": "system", "content": "You are a careful tutor (conversation test)."}]
+    turn1.append({"role": "user", "content": question})
+    one = client.chat.completions.create(model="x", messages=turn1)
+    answer = one.choices[0].message.content
+    turn2 = [*turn1, {"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+    two = client.chat.completions.create(model="x", messages=turn2, max_tokens=4)
+    seen = one.usage.prompt_tokens + one.usage.completion_tokens
+    assert seen > 100
+    assert seen - 16 <= two.usage.prompt_tokens_details.cached_tokens <= seen
+    assert two.usage.prompt_tokens > seen  # the template around the answer and the new message
+
+
+def test_chats_that_share_a_system_prompt_share_its_blocks(backend: str) -> None:
+    """Two chats opening with one system prompt: the second hits the template and the system prompt, to the
+    16-token block, and nothing of its own question."""
+    import openai
+
+    from backends.emulated.profile import CHAT_MESSAGE_TOKENS, count_tokens
+
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    system = " ".join(f"rule{i}" for i in range(120))
+    hits = []
+    for question in ("Alpha?", "Beta?"):
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        r = client.chat.completions.create(model="x", messages=msgs, max_tokens=2)
+        hits.append(r.usage.prompt_tokens_details.cached_tokens)
+    # shared: the begin token, the system message (header, content, end) and the user's header
+    shared = 1 + CHAT_MESSAGE_TOKENS + count_tokens(system) + 3
+    assert hits == [0, shared // 16 * 16]
