@@ -81,7 +81,14 @@ async def test_engine_cancel_frees_the_slot() -> None:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cfg = ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", port=free_port(), profile_model=COLUMN, speedup=50)
+    cfg = ReplicaConfig(
+        model="llama-3.1-8b",
+        gpu="h100-sxm",
+        port=free_port(),
+        profile_model=COLUMN,
+        speedup=50,
+        enable_cache_report=True,
+    )
     procs = spawn_replicas([cfg], tmp_path_factory.mktemp("emu"))
     url = f"http://127.0.0.1:{cfg.port}"
     try:
@@ -183,3 +190,158 @@ def test_exactly_the_context_is_accepted_and_a_client_gone_stops_it(backend: str
     with pytest.raises(httpx.ReadTimeout):  # non-streamed: the client gives up while the answer is made
         httpx.post(backend + "/v1/completions", json={**body, "stream": False}, timeout=httpx.Timeout(10, read=0.5))
     until(lambda: _idle(backend), "both sequences out of the batch")
+
+
+# ---- the prefix cache (SGLang's radix cache, boute/perf/prefix_cache.py) --------------------------------------
+
+
+def _words(tag: str, n: int) -> tuple[str, ...]:
+    """``n`` distinct token pieces (a prompt no other test's shares)."""
+    return tuple(f"{tag}{i} " for i in range(n))
+
+
+async def _serve(eng: Engine, prompt: tuple[str, ...], answer: int = 1) -> tuple[int, float]:
+    """One request through ``eng``, alone: (its cached tokens, the modelled seconds of its prefill iteration)."""
+    before = len(eng.steps)
+    seq = eng.submit(["tok "] * answer, len(prompt), stream=False, prompt=prompt)
+    await seq.done
+    return seq.cached, eng.steps[before]
+
+
+class _Stepped(Engine):
+    """The engine with the modelled seconds of each iteration recorded, in order."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.steps: list[float] = []
+
+    def iteration_time(self, admitted: list, decoding: list) -> float:
+        t = super().iteration_time(admitted, decoding)
+        self.steps.append(t)
+        return t
+
+
+async def test_a_repeated_prompt_hits_the_cache_and_prefills_only_the_rest() -> None:
+    """SGLang reuses the longest cached prefix (at most prompt - 1 tokens: the last one is computed for the first
+    answer token's logits) and prefills the rest; the perf model times that: the new tokens, attending to the
+    cached ones. The TTFT falls by exactly what the perf model says the skipped prefill costs."""
+    from boute.perf.physics import step_time
+
+    perf = _perf()
+    eng = _Stepped(perf, speedup=1e6)
+    eng.start()
+    prompt = _words("rep", 2000)
+    first_hit, first_s = await _serve(eng, prompt)
+    again_hit, again_s = await _serve(eng, prompt)
+    await eng.stop()
+    assert (first_hit, again_hit) == (0, 1999)
+    assert first_s == pytest.approx(float(perf.prefill_time(2000)), rel=1e-9)  # no hit: the whole prompt
+    # one new token attending to 1,999 cached ones (attention 2 u^2 + 4 u h, the cached KV read once)
+    assert again_s == pytest.approx(float(step_time(perf.rates, perf.shape, 1, 1999, 1, seqs=1)), rel=1e-9)
+    assert first_s - again_s > 0.9 * first_s  # nearly all of a 2,000-token prefill skipped
+    assert (eng.cache.hit_tokens, eng.cache.lookup_tokens) == (1999, 4000)
+
+
+async def test_a_cache_smaller_than_a_prompt_keeps_its_head_and_evicts_the_least_recent() -> None:
+    """Eviction takes the least recently used leaves: a prompt longer than the cache keeps its leading blocks
+    (its tail is the older end of its path), and a newer prompt pushes an older one out."""
+    eng = _Stepped(_perf(), speedup=1e6, cache_tokens=500)
+    eng.start()
+    a, b = _words("a", 640), _words("b", 640)
+    hits = [(await _serve(eng, p))[0] for p in (a, a, b, a)]
+    await eng.stop()
+    # 31 blocks of 16 fit in 500 tokens; b, newer, evicts all of a
+    assert hits == [0, 496, 0, 0]
+    assert eng.cache.held <= 500 and eng.cache.evicted_tokens >= 640 + 144
+
+
+async def test_a_cancelled_request_caches_what_it_computed() -> None:
+    """As SGLang's abort (the request ends through its finish path, ``release_kv_cache`` keeps what has KV): a
+    request cancelled while running leaves its prompt and its answer but the last token in the tree; one
+    cancelled while waiting computed nothing."""
+    from boute.perf.prefix_cache import token_path
+
+    eng = Engine(_perf(), speedup=50, max_running=1)
+    eng.start()
+    prompt, queued = _words("cut", 100), _words("queued", 100)
+    seq = eng.submit(["x"] * 100_000, len(prompt), stream=True, prompt=prompt)
+    behind = eng.submit(["x"], len(queued), stream=False, prompt=queued)  # waits: one running at most
+    for _ in range(20):
+        await seq.stream.get()
+    eng.cancel(behind)
+    eng.cancel(seq)
+    await asyncio.wait_for(asyncio.gather(seq.done, behind.done), 30)
+    await eng.stop()
+    done = prompt + tuple(seq.pieces[: seq.emitted - 1])
+    assert seq.emitted >= 20 and eng.cache.peek(token_path(done), len(done) + 1) == len(done)
+    assert eng.cache.peek(token_path(done + ("x",)), len(done) + 2) < len(done) + 1  # not the last token
+    assert eng.cache.peek(token_path(queued)) == 0 and behind.emitted == 0
+
+
+def _cache_stats(backend: str) -> tuple[int, int]:
+    info = httpx.get(backend + "/server_info").json()
+    return info["cache_hit_tokens"], info["cache_lookup_tokens"]
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens_as_sglang(backend: str) -> None:
+    """With --enable-cache-report, usage.prompt_tokens_details.cached_tokens is the cache's hit, in the whole
+    answer and in a stream's usage chunk; /generate's meta_info.cached_tokens always; /server_info sums them."""
+    import openai
+
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    prompt = " ".join(f"repeated{i}" for i in range(300))
+    hit0, asked0 = _cache_stats(backend)
+    first = client.completions.create(model="x", prompt=prompt, max_tokens=3)
+    again = client.completions.create(model="x", prompt=prompt, max_tokens=3)
+    n = first.usage.prompt_tokens
+    assert n > 300 and again.usage.prompt_tokens == n
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == n - 1  # the prompt was cached whole: all but its last
+    stream = client.completions.create(
+        model="x", prompt=prompt, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    )
+    usage = [c.usage for c in stream if c.usage is not None][-1]
+    assert usage.prompt_tokens_details.cached_tokens == n - 1
+    gen = httpx.post(backend + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 2}}).json()
+    assert gen["meta_info"]["cached_tokens"] == n - 1
+    assert gen["meta_info"]["cached_tokens_details"] == {"device": n - 1, "host": 0}  # SGLang's radix cache: device
+    hit, asked = _cache_stats(backend)
+    assert (hit - hit0, asked - asked0) == (3 * (n - 1), 4 * n)
+
+
+def test_a_conversations_next_turn_hits_the_previous_prompt_and_answer(backend: str) -> None:
+    """Turn 2 repeats turn 1's messages and its answer: SGLang cached turn 1 with its answer, so turn 2 hits at
+    least all of it but a partial block (the cache's 16-token blocks) and the answer's last token (no KV)."""
+    import openai
+
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    question, _ = _known()  # a recorded answer: its tokens, re-read in turn 2, are the ones generated
+    turn1 = [{"role": "system", "content": "You are a careful tutor (conversation test)."}]
+    turn1.append({"role": "user", "content": question})
+    one = client.chat.completions.create(model="x", messages=turn1)
+    answer = one.choices[0].message.content
+    turn2 = [*turn1, {"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+    two = client.chat.completions.create(model="x", messages=turn2, max_tokens=4)
+    seen = one.usage.prompt_tokens + one.usage.completion_tokens
+    assert seen > 100
+    assert seen - 16 <= two.usage.prompt_tokens_details.cached_tokens <= seen
+    assert two.usage.prompt_tokens > seen  # the template around the answer and the new message
+
+
+def test_chats_that_share_a_system_prompt_share_its_blocks(backend: str) -> None:
+    """Two chats opening with one system prompt: the second hits the template and the system prompt, to the
+    16-token block, and nothing of its own question."""
+    import openai
+
+    from backends.emulated.profile import CHAT_MESSAGE_TOKENS, count_tokens
+
+    client = openai.OpenAI(base_url=backend + "/v1", api_key="unused", max_retries=0)
+    system = " ".join(f"rule{i}" for i in range(120))
+    hits = []
+    for question in ("Alpha?", "Beta?"):
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        r = client.chat.completions.create(model="x", messages=msgs, max_tokens=2)
+        hits.append(r.usage.prompt_tokens_details.cached_tokens)
+    # shared: the begin token, the system message (header, content, end) and the user's header
+    shared = 1 + CHAT_MESSAGE_TOKENS + count_tokens(system) + 3
+    assert hits == [0, shared // 16 * 16]

@@ -24,7 +24,7 @@ import pytest
 
 from backends.deploy.desired import ReplicaKey
 from backends.deploy.launch import LaunchOptions, replica_process
-from backends.emulated.launch import free_port, spawn_replicas, wait_http
+from backends.emulated.launch import free_port, replica_configs, spawn_replicas, wait_http
 from backends.emulated.profile import ReplicaConfig
 from backends.sglang import SGLangOptions, place_plan, sglang_argv
 from backends.sglang import build as sglang_build
@@ -48,9 +48,14 @@ def _judge_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(status["lib"]), str(ROOT)])}
 
 
-def judge(argvs: list[list[str]] | None = None, payloads: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """SGLang's verdicts on launcher argvs (after ``-m sglang.launch_server``) and protocol payloads."""
-    job = json.dumps({"argvs": argvs or [], "payloads": payloads or []})
+def judge(
+    argvs: list[list[str]] | None = None,
+    payloads: list[dict[str, Any]] | None = None,
+    usages: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """SGLang's verdicts on launcher argvs (after ``-m sglang.launch_server``) and protocol payloads, and the
+    usages its UsageProcessor makes of meta_info counts (``backends/sglang/contract.py``)."""
+    job = json.dumps({"argvs": argvs or [], "payloads": payloads or [], "usages": usages or []})
     proc = subprocess.run(
         [sys.executable, "-m", "backends.sglang.contract"],
         input=job,
@@ -341,3 +346,83 @@ def test_sglang_native_routes_match_the_recorded_server(emulated: str) -> None:
     }, missing
     err = httpx.post(emulated + "/generate", json={"text": "q", "sampling_params": {"max_new_tokens": 10**7}})
     assert err.status_code == 400 and set(err.json()) == {"error"} and set(err.json()["error"]) == {"message"}
+
+
+@pytest.fixture(scope="module")
+def reporting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The plan's replicas as ``boute serve --emulate`` starts them (``replica_configs``): with SGLang's
+    ``--enable-cache-report``, which BOute needs to read prefix-cache hits."""
+    configs = replica_configs(_plan(), speedup=200)
+    assert all(c.enable_cache_report for c in configs)
+    procs = spawn_replicas(configs, tmp_path_factory.mktemp("emu-report"))
+    url = f"http://127.0.0.1:{configs[0].port}"
+    try:
+        wait_http(url + "/health", 60, procs)
+        yield url
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+def _meta(usage: dict[str, Any]) -> dict[str, int]:
+    """The meta_info counts SGLang's usage is made of, read back from an emulated usage."""
+    details = usage["prompt_tokens_details"] or {}
+    return {
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": usage["completion_tokens"],
+        "reasoning_tokens": usage["reasoning_tokens"],
+        "cached_tokens": details.get("cached_tokens", 0),
+    }
+
+
+def test_sglang_cache_report_usage_is_sglangs(reporting: str, bodies: dict[str, Any]) -> None:
+    """Prefix-cache hits reported as SGLang reports them: with --enable-cache-report (what serve --emulate turns
+    on) usage.prompt_tokens_details is SGLang's PromptTokensDetails with the hit, whole and in the streamed usage
+    chunk; without it null. Each usage validates as SGLang's UsageInfo and equals what SGLang's own
+    UsageProcessor makes of the same counts, with the flag as the replica had it."""
+    chat, compl = reporting + "/v1/chat/completions", reporting + "/v1/completions"
+    first = httpx.post(chat, json=CHAT, timeout=60).json()
+    again = httpx.post(chat, json=CHAT, timeout=60).json()
+    streamed = _sse(chat, {**CHAT, "stream": True, "stream_options": {"include_usage": True}})[-1]
+    completions = [httpx.post(compl, json=COMPLETION, timeout=60).json() for _ in range(2)]
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    hit = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert hit == again["usage"]["prompt_tokens"] - 1  # the whole prompt was cached: all but its last token
+    assert streamed["usage"]["prompt_tokens_details"] == {"cached_tokens": hit}
+    assert completions[1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    judged = [("ChatCompletionResponse", again), ("ChatCompletionStreamResponse", streamed)]
+    judged += [("CompletionResponse", completions[1]), ("UsageInfo", again["usage"])]
+    verdicts = judge(payloads=[{"model": m, "data": d} for m, d in judged])["payloads"]
+    for (model, _), v in zip(judged, verdicts, strict=True):
+        assert not v["errors"], f"{model}: {v['errors']}"
+        assert not {u for u in v["unknown"] if u.rsplit(".", 1)[-1] not in EMULATOR_EXTRAS}, (model, v)
+    cases = [(again["usage"], True, False), (streamed["usage"], True, True), (completions[0]["usage"], True, False)]
+    cases += [(bodies["chat"]["usage"], False, False), (bodies["chat_stream_usage"][-1]["usage"], False, True)]
+    jobs = [{"meta_info": _meta(u), "enable_cache_report": r, "stream": st} for u, r, st in cases]
+    for (usage, _, _), sglangs in zip(cases, judge(usages=jobs)["usages"], strict=True):
+        assert usage == sglangs
+
+
+def test_sglang_generate_reports_cached_tokens_as_the_recorded_server(reporting: str) -> None:
+    """/generate's meta_info.cached_tokens is the hit whatever the flag (SGLang's tokenizer manager always sets
+    it), with cached_tokens_details in the recorded server's shape (its radix cache: all on the device)."""
+    body = {"text": "The largest city of Japan is", "sampling_params": {"max_new_tokens": 4}}
+    metas = [httpx.post(reporting + "/generate", json=body, timeout=60).json()["meta_info"] for _ in range(2)]
+    assert (metas[0]["cached_tokens"], metas[0]["cached_tokens_details"]) == (0, None)
+    real = RECORDED["generate"]["meta_info"]
+    assert real["cached_tokens"] == real["prompt_tokens"] - 1  # the recorded server answered a repeated prompt
+    assert metas[1]["cached_tokens"] == metas[1]["prompt_tokens"] - 1
+    assert metas[1]["cached_tokens_details"] == {"device": metas[1]["cached_tokens"], "host": 0}
+    assert set(metas[1]["cached_tokens_details"]) == set(real["cached_tokens_details"])
+
+
+def test_sglang_parser_reads_the_emulated_cache_report_flag() -> None:
+    """The emulated replica's --enable-cache-report is SGLang's flag (what its parser fills), and the emulated
+    replicas of ``boute deploy up --emulate`` are started with it."""
+    key = ReplicaKey(tier="small", model="llama-3.1-8b", gpu="rtx-4090", tp=1, pp=1, dtype="bf16")
+    opts = LaunchOptions(emulate=True, python=sys.executable)
+    assert "--enable-cache-report" in replica_process(key, 30100, "127.0.0.1", opts).argv
+    v = judge(argvs=[["--model-path", "/m", "--enable-cache-report"], ["--model-path", "/m"]])["argvs"]
+    assert v[0]["ok"] and v[0]["args"]["enable_cache_report"] is True
+    assert v[1]["ok"] and v[1]["args"]["enable_cache_report"] is False  # SGLang's default: no report

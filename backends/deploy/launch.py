@@ -124,7 +124,7 @@ def replica_process(
     if opts.emulate:
         argv = [opts.python, "-m", "backends.emulated", "--model", key.model, "--gpu", key.gpu]
         argv += ["--tp", str(key.tp), "--pp", str(key.pp), "--dtype", key.dtype, "--host", host, "--port", str(port)]
-        argv += ["--speedup", f"{opts.speedup:g}", "--profile", opts.profile]
+        argv += ["--speedup", f"{opts.speedup:g}", "--profile", opts.profile, "--enable-cache-report"]
         if key.tier in opts.profile_models:
             argv += ["--profile-model", opts.profile_models[key.tier]]
         if opts.catalog:

@@ -11,6 +11,12 @@ own protocol models, and docs/sglang.md lists what was compared): errors of the 
 ``ErrorResponse`` (``{"object": "error", "message", "type", "param", "code": 400}``, no ``error`` wrapper),
 those of ``/generate`` ``{"error": {"message"}}``; ``model`` echoes the request's; every choice, delta and usage
 carries SGLang's null/zero fields; ``stream_options.include_usage`` adds the usage-only last chunk.
+
+Prefix-cache hits (:mod:`backends.emulated.engine`) are reported as SGLang 0.5.23 reports them: ``/generate``'s
+``meta_info.cached_tokens`` always (``cached_tokens_details``: ``{"device": hit, "host": 0}``, null without a
+hit), the OpenAI routes' ``usage.prompt_tokens_details`` as ``{"cached_tokens": hit}`` only with
+``--enable-cache-report`` (``ReplicaConfig.enable_cache_report``), else null (SGLang's ``UsageProcessor``),
+in the whole answer and in a stream's usage chunk alike.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.emulated.engine import Engine, Sequence
-from backends.emulated.profile import CHAT_TEMPLATE_TOKENS, ReplicaConfig, Responder, count_tokens
+from backends.emulated.profile import ReplicaConfig, Responder, chat_pieces, prompt_pieces
 from boute.serving.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_STATUS, authorized, open_path, replica_token
 from boute.serving.limits import context_error
 from boute.serving.relay import RelayResponse  # closes the generator on disconnect, which cancels the sequence
@@ -61,8 +67,8 @@ class _Bad(Exception):
         return _json({"error": {"message": str(self)}}, 400)
 
 
-#: SGLang's usage fields beyond the three counts (no reasoning parser, no cache report: null and zero)
-_USAGE_EXTRA: dict[str, Any] = {"prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
+#: SGLang's usage fields beyond the three counts and the cache report (no reasoning parser: zero and null)
+_USAGE_EXTRA: dict[str, Any] = {"reasoning_tokens": 0, "completion_tokens_details": None}
 
 
 def _text(content: Any) -> str:
@@ -101,11 +107,15 @@ class _Asked:
 
     chat: bool
     prompt: str  # the text answered: the last user message (chat), the first prompt (completion)
-    prompt_tokens: int
+    pieces: tuple[str, ...]  # the prompt's tokens, chat template included: its prefix-cache path
     max_tokens: int | None  # the answer's cap (None: the responder's own length)
     stream: bool
     include_usage: bool  # a streamed request's usage-only last chunk (``stream_options.include_usage``)
     model: str  # echoed in the answer: the request's (the gateway sets it to the replica's), else the served name
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +126,20 @@ class _Answer:
     seq: Sequence
     rid: str
     created: int
-    usage: dict[str, Any]
     finish: str  # "length" when the cap cut it, else "stop"
+    cache_report: bool  # SGLang's --enable-cache-report
+
+    def usage(self) -> dict[str, Any]:
+        """SGLang's usage once the sequence was admitted (its cache hit is known from then on)."""
+        seq = self.seq
+        details = {"cached_tokens": seq.cached} if self.cache_report else None
+        return {
+            "prompt_tokens": seq.input_tokens,
+            "completion_tokens": seq.output_tokens,
+            "total_tokens": seq.input_tokens + seq.output_tokens,
+            "prompt_tokens_details": details,
+            **_USAGE_EXTRA,
+        }
 
 
 class RequireToken:
@@ -230,14 +252,15 @@ class ReplicaApi:
             texts = [_text(m.get("content")) for m in msgs]
             users = [t for m, t in zip(msgs, texts, strict=True) if m.get("role") == "user"]
             prompt = users[-1] if users else texts[-1]
-            prompt_tokens = sum(count_tokens(t) for t in texts) + CHAT_TEMPLATE_TOKENS
+            roles = [r if isinstance(r := m.get("role"), str) else "user" for m in msgs]
+            pieces = tuple(chat_pieces(list(zip(roles, texts, strict=True))))
         else:
             p = body.get("prompt")
             prompt = p[0] if isinstance(p, list) and p and isinstance(p[0], str) else p
             if not isinstance(prompt, str):
                 raise _Bad("'prompt' must be a string")
-            prompt_tokens = count_tokens(prompt)
-        max_tokens = self._fit(prompt_tokens, _max_tokens(body, "max_completion_tokens", "max_tokens"))
+            pieces = prompt_pieces(prompt)
+        max_tokens = self._fit(len(pieces), _max_tokens(body, "max_completion_tokens", "max_tokens"))
         stream = bool(body.get("stream"))
         opts = body.get("stream_options")
         include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
@@ -245,7 +268,7 @@ class ReplicaApi:
         return _Asked(
             chat,
             prompt,
-            prompt_tokens,
+            pieces,
             max_tokens,
             stream,
             include_usage,
@@ -255,15 +278,9 @@ class ReplicaApi:
     def _submit(self, asked: _Asked) -> _Answer:
         """Build the answer's pieces and hand them to the engine, which emits them on its clock."""
         out, truncated = self.responder.answer(asked.prompt, asked.max_tokens)
-        seq = self.engine.submit(out, asked.prompt_tokens, asked.stream)
+        seq = self.engine.submit(out, asked.prompt_tokens, asked.stream, asked.pieces)
         rid, created = f"{'chatcmpl' if asked.chat else 'cmpl'}-emu{next(_ids)}", int(time.time())
-        usage = {
-            "prompt_tokens": asked.prompt_tokens,
-            "completion_tokens": len(out),
-            "total_tokens": asked.prompt_tokens + len(out),
-            **_USAGE_EXTRA,
-        }
-        return _Answer(seq, rid, created, usage, "length" if truncated else "stop")
+        return _Answer(seq, rid, created, "length" if truncated else "stop", self.cfg.enable_cache_report)
 
     async def _whole(self, request: Request, asked: _Asked, answer: _Answer, t_in: float) -> Response:
         """The whole answer once the engine has emitted it (499 when the client left first)."""
@@ -280,6 +297,7 @@ class ReplicaApi:
         # service_ms: time inside this handler, so a bench can subtract the backend's own (modelled,
         # load-dependent) time from client latency and compare proxies without that noise
         service_ms = round((time.perf_counter() - t_in) * 1e3, 3)
+        usage = answer.usage()
         return _json(
             {
                 "id": answer.rid,
@@ -287,11 +305,11 @@ class ReplicaApi:
                 "created": answer.created,
                 "model": asked.model,
                 "choices": [choice],
-                "usage": answer.usage,
+                "usage": usage,
                 # SGLang's weight-version record (one version, "default", for every token)
                 "metadata": {
                     "weight_version": "default",
-                    "weight_versions": [{"version": "default", "start": 0, "end": answer.usage["completion_tokens"]}],
+                    "weight_versions": [{"version": "default", "start": 0, "end": usage["completion_tokens"]}],
                 },
                 "service_ms": service_ms,
             }
@@ -324,7 +342,7 @@ class ReplicaApi:
                 yield _chunk(head, tail, chat, piece, None)
             yield _chunk(head, tail, chat, None, answer.finish)
             if asked.include_usage:  # SGLang: a last chunk with no choices and the usage
-                yield b"data: " + head + b'],"usage":' + orjson.dumps(answer.usage) + b"}\n\n"
+                yield b"data: " + head + b'],"usage":' + orjson.dumps(answer.usage()) + b"}\n\n"
             yield b"data: [DONE]\n\n"
         finally:
             self.engine.cancel(seq)  # no-op once finished; frees the batch slot when the client left
@@ -340,19 +358,22 @@ class ReplicaApi:
             sp = body.get("sampling_params") or {}
             if not isinstance(sp, dict):
                 raise _Bad("'sampling_params' must be an object")
-            prompt_tokens = count_tokens(prompt)
+            pieces = prompt_pieces(prompt)
+            prompt_tokens = len(pieces)
             max_tokens = self._fit(prompt_tokens, _max_tokens(sp, "max_new_tokens"))
         except _Bad as exc:
             return exc.native_response()
         out, truncated = self.responder.answer(prompt, max_tokens)
         stream = bool(body.get("stream"))
-        seq = self.engine.submit(out, prompt_tokens, stream)
+        seq = self.engine.submit(out, prompt_tokens, stream, pieces)
         rid, t0 = f"emu{next(_ids)}", time.perf_counter()
 
         def meta(done: bool) -> dict[str, Any]:
             fin = ({"type": "length", "length": len(out)} if truncated else {"type": "stop"}) if done else None
             m = {"id": rid, "finish_reason": fin, "prompt_tokens": prompt_tokens, "weight_version": "default"}
-            m.update(completion_tokens=seq.emitted, cached_tokens=0)
+            # SGLang's cache report on this route is unconditional; the details null without a hit
+            details = {"device": seq.cached, "host": 0} if seq.cached else None
+            m.update(completion_tokens=seq.emitted, cached_tokens=seq.cached, cached_tokens_details=details)
             if done:
                 m["e2e_latency"] = time.perf_counter() - t0
             return m
@@ -408,6 +429,11 @@ class ReplicaApi:
                 "waiting": len(engine.waiting),
                 "iterations": engine.iterations,
                 "tokens_out": engine.tokens_out,
+                # the prefix cache since start: prompt tokens it held (hit) of those asked (lookup), evicted
+                "cache_hit_tokens": engine.cache.hit_tokens,
+                "cache_lookup_tokens": engine.cache.lookup_tokens,
+                "cache_evicted_tokens": engine.cache.evicted_tokens,
+                "cache_held_tokens": engine.cache.held,
             }
         )
 

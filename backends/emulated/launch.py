@@ -31,7 +31,8 @@ def replica_configs(
     plan: Plan, scenario: Scenario | None = None, speedup: float = 1.0, catalog: str | None = None
 ) -> list[ReplicaConfig]:
     """One config per replica of the plan, on free ports; answers from the scenario's profile columns, timing
-    from ``catalog`` (a file written by :func:`boute.serving.bundle.write_catalog`; default: packaged)."""
+    from ``catalog`` (a file written by :func:`boute.serving.bundle.write_catalog`; default: packaged). Each
+    reports its prefix-cache hits in the OpenAI usage (SGLang's ``--enable-cache-report``): BOute reads them."""
     columns: dict[str, str] = {}
     profile = "builtin:gsm8k"
     if scenario is not None:
@@ -53,6 +54,7 @@ def replica_configs(
                     profile_model=columns.get(g.tier),
                     speedup=speedup,
                     catalog=catalog,
+                    enable_cache_report=True,
                 )
             )
     return out

@@ -20,8 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 from boute.errors import SpecError
 
 CHARS_PER_TOKEN = 4
-#: chat template tokens added around the messages (approximate)
+#: the chat template, as token pieces, Llama-3's shape with its header tail fused into one token: the prompt
+#: opens with :data:`CHAT_BEGIN`, each message is its header, its content and :data:`CHAT_END`, and the
+#: generation prompt is the assistant's header. The assistant's turn in a later request is that same header
+#: followed by the answer, so a conversation's next turn repeats the previous prompt and answer token for
+#: token and hits the prefix cache through the answer, as with SGLang's real template.
+CHAT_BEGIN = ("<|begin_of_text|>",)
+CHAT_END = "<|eot_id|>"
+#: template tokens of a one-message chat (begin, header + end, generation prompt); each further message adds
+#: :data:`CHAT_MESSAGE_TOKENS`
 CHAT_TEMPLATE_TOKENS = 8
+CHAT_MESSAGE_TOKENS = 4
 FILLER = (
     "This is emulated output from a BOute test backend; the prompt was not in the quality profile, "
     "so the text only has the right length. "
@@ -47,6 +56,9 @@ class ReplicaConfig(BaseModel):
     catalog: str | None = Field(None, description="catalog file (the plan's GPUs/models, calibrated); else packaged")
     default_output_tokens: PositiveInt = 128
     max_running: PositiveInt = 256
+    enable_cache_report: bool = Field(
+        False, description="SGLang's --enable-cache-report: usage.prompt_tokens_details.cached_tokens (else null)"
+    )
 
     @property
     def name(self) -> str:
@@ -76,14 +88,41 @@ def pieces(text: str) -> tuple[str, ...]:
     return tuple(token_pieces(text))
 
 
+@lru_cache(maxsize=4096)
+def prompt_pieces(text: str) -> tuple[str, ...]:
+    """A prompt's (or a message's) tokens as pieces, by the simulator's counter: what its prefix-cache path
+    is cut from. Memoised apart from :func:`pieces` and smaller: a prompt's pieces weigh ~50 bytes a token."""
+    from boute.workload.tokens import token_pieces
+
+    return tuple(token_pieces(text))
+
+
 @lru_cache(maxsize=16384)
 def count_tokens(text: str) -> int:
-    """Prompt tokens, by the simulator's counter (at least 1). Memoised: WordPiece takes ~1.1 ms of CPU for a
-    2,000-character RouterBench prompt, on the event loop that also times the replica's iterations, and a
-    replay repeats its held-out prompts."""
-    from boute.workload.tokens import count_tokens as counted
+    """Prompt tokens, by the simulator's counter (at least 1; ``len(prompt_pieces(text))``, which is 1 for a
+    blank text too). Memoised: WordPiece takes ~1.1 ms of CPU for a 2,000-character RouterBench prompt, on the
+    event loop that also times the replica's iterations, and a replay repeats its held-out prompts."""
+    return len(prompt_pieces(text))
 
-    return max(1, int(counted([text])[0]))
+
+def chat_header(role: str) -> tuple[str, ...]:
+    """A message's header: three tokens (Llama-3's ``<|start_header_id|>role<|end_header_id|>`` + two newlines,
+    the last two fused)."""
+    return ("<|start_header_id|>", role, "<|end_header_id|>\n\n")
+
+
+def chat_pieces(messages: list[tuple[str, str]]) -> list[str]:
+    """The tokens of a chat prompt, template included, for ``(role, content)`` messages: its length is the
+    prompt's tokens (the contents' plus :data:`CHAT_TEMPLATE_TOKENS` for one message, plus
+    :data:`CHAT_MESSAGE_TOKENS` per further one), and two chats that open with the same messages share
+    their leading pieces (module constants)."""
+    out = list(CHAT_BEGIN)
+    for role, content in messages:
+        out += chat_header(role)
+        out += prompt_pieces(content)
+        out.append(CHAT_END)
+    out += chat_header("assistant")
+    return out
 
 
 class Responder:

@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-model", help="the profile's model column whose responses are replayed")
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--catalog", help="catalog file with the plan's GPUs/models (default: the packaged one)")
+    ap.add_argument(
+        "--enable-cache-report",
+        action="store_true",
+        help="SGLang's flag: report prefix-cache hits in usage.prompt_tokens_details.cached_tokens",
+    )
     ap.add_argument("--log-level", default="warning")
     a = ap.parse_args(argv)
     if a.replicas is not None:
@@ -91,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 profile_model=a.profile_model,
                 speedup=a.speedup,
                 catalog=a.catalog,
+                enable_cache_report=a.enable_cache_report,
             )
         ]
     else:

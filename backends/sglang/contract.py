@@ -10,6 +10,9 @@ process of the tests: ``python -m backends.sglang.contract < job.json > verdicts
   (``sglang.srt.entrypoints.openai.protocol``). A verdict lists pydantic's errors (``field.path: message``) and
   the *unknown* fields: keys the payload has that the model does not define (its models ignore extra keys, so
   validation alone would never see a field SGLang does not have).
+- :func:`usages`: the ``usage`` SGLang's own ``UsageProcessor`` (``entrypoints/openai/usage_processor.py``) makes
+  of one request's ``meta_info`` counts (``prompt_tokens``, ``completion_tokens``, ``cached_tokens``), whole or
+  streamed, with ``--enable-cache-report`` on or off: what the emulated backend's usage must equal.
 
 SGLang's package ``__init__`` is not executed (:func:`_sglang_without_init`): it patches transformers and
 imports the frontend language; neither the parser nor the protocol models need it.
@@ -36,6 +39,7 @@ MODELS = (
     "ErrorResponse",
     "ModelList",
     "UsageInfo",
+    "PromptTokensDetails",
 )
 
 
@@ -123,9 +127,32 @@ def validate(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def usages(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each ``{"meta_info": {...}, "enable_cache_report": bool, "stream": bool}`` through SGLang's usage code, as
+    its serving_chat/serving_completions call it for one choice; the usage as SGLang's responses carry it."""
+    _sglang_without_init()
+    from sglang.srt.entrypoints.openai.usage_processor import UsageProcessor
+
+    out: list[dict[str, Any]] = []
+    for j in jobs:
+        meta, report = j["meta_info"], bool(j["enable_cache_report"])
+        if j.get("stream"):
+            counts = [{0: int(meta.get(k, 0))} for k in ("prompt_tokens", "reasoning_tokens", "completion_tokens")]
+            cached = {0: int(meta.get("cached_tokens", 0))}
+            usage = UsageProcessor.calculate_streaming_usage(*counts, cached, n_choices=1, enable_cache_report=report)
+        else:
+            usage = UsageProcessor.calculate_response_usage([{"meta_info": meta}], 1, enable_cache_report=report)
+        out.append(json.loads(usage.model_dump_json()))
+    return out
+
+
 def main() -> int:
     job = json.load(sys.stdin)
-    verdicts = {"argvs": parse_argvs(job.get("argvs", [])), "payloads": validate(job.get("payloads", []))}
+    verdicts = {
+        "argvs": parse_argvs(job.get("argvs", [])),
+        "payloads": validate(job.get("payloads", [])),
+        "usages": usages(job.get("usages", [])),
+    }
     json.dump(verdicts, sys.stdout)
     return 0
 
