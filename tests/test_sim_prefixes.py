@@ -106,7 +106,7 @@ def test_a_small_kv_pool_evicts_and_hits_less(base: Scenario) -> None:
     small = simulate(_plan(1), sc, w).summary()["cached_token_share"]
     big_plan = Plan.model_validate({**_plan(1).model_dump(), "deployment": [{**SMALL, "gpu": "h100-sxm", "count": 1}]})
     big = simulate(big_plan, sc, w).summary()["cached_token_share"]
-    assert small < 0.5 < 0.9 < big
+    assert small < 0.7 < 0.9 < big
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,9 @@ aborts it through its finish path), one cancelled while waiting computed nothing
 
 The tree shares the pool with the running requests: it holds every prompt prefilled (a running request's
 own included, as SGLang's locked nodes) and is held to the pool less the answers the running requests
-reserve (``cache_tokens`` caps it lower, for tests). Admission still reserves a request's whole prompt +
-answer, hit or not: a hit saves prefill time here, not admission room (conservative under memory pressure).
+reserve (``cache_tokens`` caps it lower, for tests). Admission reserves a request's uncached prompt tokens
+and its answer (SGLang's ``PrefillAdder`` counts the extend length + max new tokens): a hit saves prefill time
+and admission room. The simulator keeps the same budgets (:mod:`boute.sim.replica`).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ class Engine:
             seq.stream.put_nowait(piece)
 
     def _finish(self, seq: Sequence) -> None:
-        self.kv_used -= seq.input_tokens + seq.output_tokens
+        self.kv_used -= seq.input_tokens - seq.cached + seq.output_tokens
         self.answers_reserved -= seq.output_tokens
         self.cache.limit(self.cache_tokens - self.answers_reserved)
         if seq.path:  # what has KV: the prompt and every answer token but the last (module docstring)
@@ -148,16 +149,15 @@ class Engine:
                 if not seq.done.done():
                     seq.done.set_result(None)
                 continue
-            need = seq.input_tokens + seq.output_tokens
-            if self.kv_used + need > self.kv_capacity and (self.running or admitted):
-                break  # wait for memory; a lone oversized request still runs (SGLang would chunk it)
             new = seq.input_tokens - self.cache.peek(seq.path, seq.input_tokens)
+            if self.kv_used + new + seq.output_tokens > self.kv_capacity and (self.running or admitted):
+                break  # wait for memory; a lone oversized request still runs (SGLang would chunk it)
             if admitted and prompt + new > self.chunk_tokens:
                 break  # the rest goes in the next prefill iteration (a hit is not prefilled: not counted)
             self.waiting.popleft()
             seq.cached = self.cache.match(seq.path, seq.input_tokens) if seq.path else 0
             prompt += seq.input_tokens - seq.cached
-            self.kv_used += need
+            self.kv_used += seq.input_tokens - seq.cached + seq.output_tokens
             self.answers_reserved += seq.output_tokens
             admitted.append(seq)
         if admitted:

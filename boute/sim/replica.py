@@ -17,8 +17,10 @@ so an event costs O(log batch) regardless of how many tokens it covers.
 Prefix cache (when the workload's prompts share prefixes, :mod:`boute.workload.prefixes`): at admission a
 request's longest cached prefix (:class:`boute.perf.prefix_cache.PrefixCache`) is neither prefilled nor
 reserved again, so its prefill covers tokens ``hit .. input`` (attention over the cached part included)
-and its KV reservation is ``input - hit + output``. Its prompt is cached when its prefill completes, its
-prompt and answer when it finishes, each time within the KV the running requests leave.
+and its KV reservation is ``input - hit + output`` (SGLang's ``PrefillAdder``: extend length + new tokens).
+Its prompt is cached when its prefill completes, its prompt and answer when it finishes; the cache is held
+to the pool less the answers the running requests reserve (it holds their prompts, as SGLang's locked
+nodes). The emulated backend keeps the same two budgets (``backends/emulated/engine.py``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class SimReplica:
         "cache",
         "prefixes",
         "cached",
+        "answers",
     )
 
     def __init__(self, index: int, tier: int, group: int, timing: ReplicaTiming, weight: float) -> None:
@@ -95,6 +98,7 @@ class SimReplica:
         self.cache: PrefixCache | None = None
         self.prefixes: Prefixes | None = None
         self.cached: list[int] = []
+        self.answers = 0  # answer tokens the running requests reserve (not in the cache until they end)
 
     def can_admit(self, need: int) -> bool:
         return self.kv_used + need <= self.timing.kv_capacity and self.batch < self.timing.max_running
@@ -124,7 +128,7 @@ class SimReplica:
             if self.kv_used + need > kv_cap:
                 break
             waiting.popleft()
-            hit = self._match(rid, inp[rid]) if self.cache is not None else 0
+            hit = self._match(rid, out[rid]) if self.cache is not None else 0
             self.kv_used += need - hit
             take = min(budget, inp[rid] - hit)
             sq += float(hit + take) ** 2 - float(hit) * hit
@@ -185,22 +189,27 @@ class SimReplica:
                 self._complete(rid, inp, out, done)
         self.now = end
 
-    def _match(self, rid: int, prompt_tokens: int) -> int:
-        """The cached prefix of request ``rid``'s prompt, which it then neither prefills nor reserves again."""
-        hit = self.cache.match(self.prefixes.prompt_path(rid), prompt_tokens)  # type: ignore[union-attr]
+    def _match(self, rid: int, answer_tokens: int) -> int:
+        """The cached prefix of request ``rid``'s prompt, which it then neither prefills nor reserves again;
+        its answer is reserved beside the cache."""
+        prompt = self.prefixes.prompt_path(rid)  # type: ignore[union-attr]
+        hit = self.cache.match(prompt, sum(t for _, t in prompt))  # type: ignore[union-attr]
         self.cached[rid] = hit
+        self.answers += answer_tokens
+        self.cache.limit(self.timing.kv_capacity - self.answers)  # type: ignore[union-attr]
         return hit
 
     def _store(self, path: tuple[tuple[int, int], ...]) -> None:
-        """Cache ``path`` within what the running requests leave of the KV pool (SGLang's cache and running
-        requests share one pool; counting a running prompt in both is this model's conservative side)."""
+        """Cache ``path`` within the KV pool less the answers the running requests reserve: the cache holds
+        the running prompts (SGLang's locked nodes) and everything finished, the answers are apart."""
         cache = self.cache
         cache.insert(path)  # type: ignore[union-attr]
-        cache.limit(self.timing.kv_capacity - self.kv_used)  # type: ignore[union-attr]
+        cache.limit(self.timing.kv_capacity - self.answers)  # type: ignore[union-attr]
 
     def _complete(self, rid: int, inp: list[int], out: list[int], done: list[int]) -> None:
         if self.cache is not None:
             self.kv_used -= inp[rid] + out[rid] - self.cached[rid]
+            self.answers -= out[rid]
             self._store(self.prefixes.full_path(rid, out[rid]))  # type: ignore[union-attr]
         else:
             self.kv_used -= inp[rid] + out[rid]
