@@ -10,6 +10,15 @@ in a row without an answer in time) and passive outcomes of real requests; ``cb_
 failures that are the replica's (or one refused connection; a read timeout is the request's, see
 router/errors.py) open the replica's circuit for ``cooldown_s``. When the cooldown ends the replica is half-open: its failure
 count is kept, so the next failure re-opens it at once, and a success closes it.
+
+With prefix affinity in force (the plan's ``affinity`` section, or the gateway's ``BOUTE_AFFINITY`` /
+``--affinity``), a request whose prompt keys are given goes by the cache-aware rule of :mod:`boute.sim.affinity`
+(one index per tier) among the same available replicas, and by the least-load rule above wherever that rule
+says so. A replica taken out (its circuit opened, a failed health check, a peer's down-mark, gone from the
+registry) is forgotten by its tier's index at once: its prefixes go to the rendezvous choice among the others,
+and when it comes back it takes new prefixes (its rendezvous share) and least-load fallbacks, not a flood of
+prefixes it may no longer hold. A plan or registry update keeps the index, and so the affinity of the replicas
+that stay, unless the affinity figures themselves changed.
 """
 
 from __future__ import annotations
@@ -23,14 +32,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from boute.serving import BackendSpec
-from boute.specs.plan import Plan
+from boute.specs.plan import Affinity, Plan
 from router.config import Settings
 
 if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
     from boute.serving.weights import Weights
+    from boute.sim.affinity import AffinityIndex, PromptKeys
     from router.upstream import Endpoint
 
 log = logging.getLogger("boute.router.balancer")
+
+#: told of each request the affinity rule placed: (tier, reason, prefix characters matched, characters hashed)
+RouteHook = Callable[[str, str, int, int], None]
+
+
+def affinity_in_force(plan: Plan | None, override: bool | None) -> Affinity | None:
+    """The affinity settings the gateway balances by, None for least load only. On or off: the gateway's
+    ``override`` (``BOUTE_AFFINITY``, ``--affinity``/``--no-affinity``) where set, else the plan's section's
+    ``enabled`` (no section: off, so a plan without one is balanced exactly as before). The figures: the plan's
+    section, else :class:`~boute.specs.plan.Affinity`'s defaults."""
+    section = plan.affinity if plan is not None else None
+    on = override if override is not None else (section is not None and section.enabled)
+    if not on:
+        return None
+    return section if section is not None else Affinity()
 
 
 class StatusClient(Protocol):
@@ -89,11 +114,17 @@ class BackendState:
 class Balancer:
     """Tier -> replicas, picking and health bookkeeping. Single event loop: no locks needed."""
 
-    def __init__(self, settings: Settings, on_trip: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, on_trip: Callable[[str], None] | None = None, on_route: RouteHook | None = None
+    ) -> None:
         self.settings = settings
         self.pools: dict[str, list[BackendState]] = {}
         self.by_id: dict[str, BackendState] = {}
         self._on_trip = on_trip
+        self._on_route = on_route
+        #: the affinity settings in force (None: least load only) and each tier's prefix index
+        self.affinity: Affinity | None = None
+        self.indexes: dict[str, AffinityIndex] = {}
         self._rr = 0
         self._weights_of: tuple[Plan | None, Weights] | None = None  # the plan's replica capacities
 
@@ -131,7 +162,28 @@ class Balancer:
             for r in reps:
                 w = r.weight if r.weight > 0 else mean
                 r.weight, r.inv_weight = w / mean, mean / w
+        self._index_tiers(affinity_in_force(plan, self.settings.affinity), pools)
         self.pools, self.by_id = pools, by_id
+
+    def _index_tiers(self, settings: Affinity | None, pools: dict[str, list[BackendState]]) -> None:
+        """One prefix index per tier under ``settings`` (None: none). A tier's index is kept across updates
+        while the figures stay the same, forgetting only the replicas that left it or changed."""
+        if settings is None:
+            self.affinity, self.indexes = None, {}
+            return
+        from boute.sim.affinity import AffinityIndex
+
+        indexes: dict[str, AffinityIndex] = {}
+        for tier, reps in pools.items():
+            index = self.indexes.get(tier) if settings == self.affinity else None
+            if index is None:
+                index = AffinityIndex(settings)
+            stay = {id(r) for r in reps}
+            for old in self.pools.get(tier, ()):
+                if id(old) not in stay:
+                    index.forget(old.id)
+            indexes[tier] = index
+        self.affinity, self.indexes = settings, indexes
 
     @staticmethod
     def _capacity(weights: Weights, plan: Plan | None, spec: BackendSpec) -> float:
@@ -147,12 +199,45 @@ class Balancer:
         return weights.of((spec.model, gpu, tp, pp, dtype)) or 0.0
 
     # ---- picking ------------------------------------------------------------------------------
-    def pick(self, tier: str, exclude: tuple[BackendState, ...] = ()) -> BackendState | None:
-        """The available replica with the least outstanding requests per unit of capacity."""
+    def pick(
+        self, tier: str, exclude: tuple[BackendState, ...] = (), keys: PromptKeys | None = None
+    ) -> BackendState | None:
+        """The available replica (not in ``exclude``) for a request: by the affinity rule when it is in force
+        and the prompt's ``keys`` are given, else the one with the least outstanding requests per unit of
+        capacity."""
         reps = self.pools.get(tier)
         if not reps:
             return None
+        if keys is not None:
+            index = self.indexes.get(tier)
+            if index is not None:
+                return self._pick_by_prefix(tier, reps, index, keys, exclude)
+        return self._least(reps, time.monotonic(), exclude)
+
+    def _pick_by_prefix(
+        self,
+        tier: str,
+        reps: list[BackendState],
+        index: AffinityIndex,
+        keys: PromptKeys,
+        exclude: tuple[BackendState, ...],
+    ) -> BackendState | None:
+        """The affinity rule over the available replicas, least load where it says so; the choice recorded."""
         now = time.monotonic()
+        cands = [r for r in reps if r.available(now) and r not in exclude]
+        if not cands:
+            return None
+        route = index.choose(keys, [r.id for r in cands], [r.outstanding for r in cands], [r.weight for r in cands])
+        r = cands[route.choice] if route.choice is not None else self._least(cands, now, ())
+        assert r is not None  # cands is not empty, and all of it available
+        index.record(keys.keys, r.id)
+        if self._on_route is not None:
+            self._on_route(tier, route.reason, route.matched_chars, keys.chars)
+        return r
+
+    def _least(self, reps: list[BackendState], now: float, exclude: tuple[BackendState, ...]) -> BackendState | None:
+        """The least-load rule: the available replica with the fewest ``(outstanding + 1) / weight``, the scan's
+        start rotated so that ties spread out."""
         n = len(reps)
         self._rr = (self._rr + 1) % n  # rotate the scan start so ties spread out
         best: BackendState | None = None
@@ -195,6 +280,13 @@ class Balancer:
     def trip(self, r: BackendState, ttl: float) -> None:
         r.open_until = max(r.open_until, time.monotonic() + ttl)
         r.failures = max(r.failures, self.settings.cb_failures)
+        self._forget(r)
+
+    def _forget(self, r: BackendState) -> None:
+        """``r`` is out: its tier's prefix index stops sending its prefixes there (module docstring)."""
+        index = self.indexes.get(r.spec.tier)
+        if index is not None:
+            index.forget(r.id)
 
     def mark_down(self, backend_id: str, ttl: float) -> None:
         """A peer gateway tripped this replica (via Redis)."""
@@ -215,6 +307,8 @@ class Balancer:
                 ok = answer
             if ok != r.healthy:
                 log.info("replica %s is now %s", r.id, "healthy" if ok else "unhealthy")
+                if not ok:
+                    self._forget(r)
             r.healthy = ok
 
     async def _check(self, client: StatusClient, r: BackendState) -> bool | None:

@@ -67,6 +67,11 @@ class Settings(BaseModel):
     judge_timeout_s: PositiveFloat = Field(
         JUDGE_TIMEOUT_S, description="cascade: an LLM judge slower than this escalates"
     )
+    affinity: bool | None = Field(
+        None,
+        description="cache-aware (prefix-affinity) balancing within a tier: true/false overrides the plan's "
+        "'affinity' section (true without one: its defaults); None: as the plan says (absent: least load only)",
+    )
     access_log: bool = Field(
         False,
         description="one logfmt line per completion request on the boute.router.access logger, with the route's "

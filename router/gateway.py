@@ -13,7 +13,7 @@ import gc
 import logging
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -39,12 +39,23 @@ from router.errors import (
 from router.http.reply import Reply, unless_disconnected
 from router.http.request_body import read_body
 from router.metrics import Metrics
-from router.observe import Observer, answer_tokens, healthy_groups
-from router.openai_io import CHAT, check_context, completion_as_sse, parse_request, response_text, wants_usage
+from router.observe import PROMPT_USAGE, Observer, answer_tokens, healthy_groups
+from router.openai_io import (
+    CHAT,
+    affinity_text,
+    check_context,
+    completion_as_sse,
+    parse_request,
+    response_text,
+    wants_usage,
+)
 from router.proxy import Proxy, Result, Stream, make_client
 from router.routing import Judge, RoutePolicy, endpoint_judge
 from router.state import SharedState
 from router.upstream import Pool
+
+if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
+    from boute.sim.affinity import PromptKeys
 
 log = logging.getLogger("boute.router")
 
@@ -74,7 +85,7 @@ class Gateway:
         self.settings = settings
         self.metrics = Metrics(self)
         self.observer = Observer(settings.observe_interval_s)
-        self.balancer = Balancer(settings, on_trip=self._tripped)
+        self.balancer = Balancer(settings, on_trip=self._tripped, on_route=self.metrics.routed)
         self.state = SharedState(settings, self._on_change, self.balancer.mark_down, prepare=self.policy_for)
         self.policy: RoutePolicy | None = None
         self.plan_error: str | None = None
@@ -152,6 +163,8 @@ class Gateway:
             self.balancer.configure(self.policy.plan, backends, self.policy.root)
         else:
             self.balancer.configure(plan, backends)
+        if self.balancer.affinity is not None:
+            self.metrics.affinity_started(self.balancer.indexes)
         return accepted
 
     def policy_for(self, plan: Plan) -> RoutePolicy:
@@ -276,7 +289,8 @@ class Gateway:
                 self.observer.done(entry, False, 0.0, None)
                 return self._refused(Overloaded("tier_queue", f"tier '{entry}' is at capacity", self._retry))
             self.tier_inflight[entry] = held + 1
-            reply = await self._dispatch(policy, tier, cascade, score, kind, body, prompt, stream, receive, t0)
+            keys = self._prompt_keys(body, kind)
+            reply = await self._dispatch(policy, tier, cascade, score, kind, body, prompt, stream, receive, t0, keys)
             if self.access_log:
                 access.answered(kind, reply, time.perf_counter() - t0)
             if reply.stream is not None:  # closing the stream releases both holds
@@ -291,6 +305,15 @@ class Gateway:
         finally:
             if release:
                 self.inflight -= 1
+
+    def _prompt_keys(self, body: dict[str, Any], kind: str) -> PromptKeys | None:
+        """The prompt's prefix keys where affinity is in force (:mod:`boute.sim.affinity`), else None."""
+        settings = self.balancer.affinity
+        if settings is None:
+            return None
+        from boute.sim.affinity import prompt_keys
+
+        return prompt_keys(affinity_text(body, kind, settings.block_chars * settings.max_blocks), settings)
 
     async def _score_in_thread(self, policy: RoutePolicy, prompt: str) -> float:
         """Score on a worker thread (a slow scorer); a full queue is shed at once, not waited on."""
@@ -330,16 +353,18 @@ class Gateway:
         stream: bool,
         receive: Receive | None,
         t0: float,
+        keys: PromptKeys | None = None,
     ) -> Reply:
         """Send to the tier (or down the cascade) and answer. A streamed answer (``Reply.stream``) holds the
         request's in-flight counts until it is closed; otherwise the caller releases them now. ``score``: what
-        the tier was chosen by (None: the request's model forced it, or a cascade, whose hops say why)."""
+        the tier was chosen by (None: the request's model forced it, or a cascade, whose hops say why);
+        ``keys``: the prompt's prefix keys, for the replica's choice (None: least load)."""
         entry = policy.tiers[tier]
         try:
             work = (
-                self._cascade(policy, kind, body, prompt, stream)
+                self._cascade(policy, kind, body, prompt, stream, keys)
                 if cascade
-                else self._single(policy, tier, kind, body, stream)
+                else self._single(policy, tier, kind, body, stream, keys)
             )
             done = await (unless_disconnected(receive, work) if receive is not None else work)
         except BaseException:
@@ -372,6 +397,7 @@ class Gateway:
         self.observer.done(tier_name, status == 200, latency, answer_tokens(result.body) if status == 200 else None)
         if status == 200:
             self.metrics.served(tier_name, latency)
+            self.metrics.usage(tier_name, result.replica.id, result.body)
         if stream and status == 200:  # cascade accepted a non-final tier: re-send as SSE, whole, after the judge
             self._first_token(headers, tier_name, latency)
             headers.update(SSE_HEADERS)
@@ -390,19 +416,31 @@ class Gateway:
         self.tier_inflight[entry] -= 1
 
     async def _single(
-        self, policy: RoutePolicy, tier: int, kind: str, body: dict[str, Any], stream: bool
+        self,
+        policy: RoutePolicy,
+        tier: int,
+        kind: str,
+        body: dict[str, Any],
+        stream: bool,
+        keys: PromptKeys | None = None,
     ) -> Dispatched:
         name = policy.tiers[tier]
         proxy = self.proxy
         assert proxy is not None  # made in start(), before any request
         if stream:
-            out: Stream | Result = await proxy.open_stream(name, PATHS[kind], body)
+            out: Stream | Result = await proxy.open_stream(name, PATHS[kind], body, keys)
         else:
-            out = await proxy.complete(name, PATHS[kind], body)
+            out = await proxy.complete(name, PATHS[kind], body, keys)
         return Dispatched(out, tier, out.upstream_s, 1)
 
     async def _cascade(
-        self, policy: RoutePolicy, kind: str, body: dict[str, Any], prompt: str, stream: bool
+        self,
+        policy: RoutePolicy,
+        kind: str,
+        body: dict[str, Any],
+        prompt: str,
+        stream: bool,
+        keys: PromptKeys | None = None,
     ) -> Dispatched:
         """Tier 0 answers; the judge scores it; below the hop's threshold the next tier answers."""
         last = len(policy.tiers) - 1
@@ -416,9 +454,9 @@ class Gateway:
         for hop in range(last + 1):
             name = policy.tiers[hop]
             if hop == last and stream:
-                out = await proxy.open_stream(name, PATHS[kind], body)
+                out = await proxy.open_stream(name, PATHS[kind], body, keys)
                 return Dispatched(out, hop, waited + out.upstream_s, hop + 1, why + reasons.final(hop))
-            res = await proxy.complete(name, PATHS[kind], inner)
+            res = await proxy.complete(name, PATHS[kind], inner, keys)
             waited += res.upstream_s
             if hop == last or res.status != 200:
                 end = reasons.final(hop) if hop == last else reasons.unjudged(hop, res.status)
@@ -452,7 +490,7 @@ class HeldStream:
 
     async def __anext__(self) -> bytes:
         try:
-            return await self.chunks.__anext__()
+            chunk = await self.chunks.__anext__()
         except StopAsyncIteration:
             latency = time.perf_counter() - self.t0
             if self.upstream.failed:  # a failure mid-stream is a failed request, not a served one
@@ -462,6 +500,9 @@ class HeldStream:
                 self.gw.metrics.served(self.tier, latency)
                 self.gw.observer.done(self.tier, True, latency, None)
             raise
+        if PROMPT_USAGE in chunk:  # the usage chunk a stream ends with when its client asked for it
+            self.gw.metrics.usage(self.tier, self.upstream.replica.id, chunk)
+        return chunk
 
     async def aclose(self) -> None:
         if self.closed:

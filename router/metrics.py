@@ -7,6 +7,7 @@ The recording and alert rules over these series, and the Grafana dashboard, ship
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from boute.replan.drift import Thresholds
 from boute.serving.verify import Tolerances
 from boute.specs.plan import Plan
+from router.observe import CACHED_USAGE, PROMPT_USAGE, usage_count
 
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1, 1.0)
 #: the bounds a request is shed by (``router.errors.Overloaded.reason``), each counted from 0 at start-up
@@ -95,6 +97,7 @@ class Metrics:
             registry=r,
         )
         self.escalations = Counter("boute_escalations", "cascade escalations to a larger tier", registry=r)
+        self._cache_series(r)
         self._promise(r)
         self._read_at_scrape(r, gateway)
         healthy = Gauge("boute_healthy_replicas", "available replicas per tier", ["tier"], registry=r)
@@ -103,6 +106,38 @@ class Metrics:
         self._children: dict[tuple[str, int], Counter] = {}
         self._latency: dict[str, Histogram] = {}
         self._ttft: dict[str, Histogram] = {}
+        self._routed: dict[tuple[str, str], Counter] = {}
+        self._chars: dict[str, tuple[Counter, Counter]] = {}
+        self._tokens: dict[tuple[str, str], tuple[Counter, Counter]] = {}
+
+    def _cache_series(self, r: CollectorRegistry) -> None:
+        """Prefix affinity (router.balancer, boute.sim.affinity) and the prompt tokens replicas had cached: the
+        matched share is matched / prompt characters, the hit rate cached / prompt tokens."""
+        self.affinity_routed = Counter(
+            "boute_affinity_routed",
+            "requests placed by the prefix-affinity rule, by tier and why: affinity (longest prefix), new_prefix "
+            "(rendezvous of its first block), imbalance or short_match (least load)",
+            ["tier", "reason"],
+            registry=r,
+        )
+        self.affinity_matched = Counter(
+            "boute_affinity_matched_chars", "prompt characters matched in the tier's prefix index", ["tier"], registry=r
+        )
+        self.affinity_hashed = Counter(
+            "boute_affinity_prompt_chars", "prompt characters hashed for prefix affinity", ["tier"], registry=r
+        )
+        self.prompt_tokens = Counter(
+            "boute_prompt_tokens",
+            "prompt tokens of answered requests (usage.prompt_tokens)",
+            ["tier", "replica"],
+            registry=r,
+        )
+        self.cached_tokens = Counter(
+            "boute_cached_tokens",
+            "prompt tokens the replica had cached (usage.prompt_tokens_details.cached_tokens; none reported: 0)",
+            ["tier", "replica"],
+            registry=r,
+        )
 
     def _promise(self, r: CollectorRegistry) -> None:
         """The plan's promise, beside what is measured (share: boute_served_share; P95: boute_latency_seconds)."""
@@ -172,6 +207,44 @@ class Metrics:
 
     def stream_failure(self, tier: str) -> None:
         self.stream_failed.labels(tier).inc()
+
+    def routed(self, tier: str, reason: str, matched_chars: int, prompt_chars: int) -> None:
+        """A request placed by the affinity rule (:data:`router.balancer.RouteHook`); children cached."""
+        child = self._routed.get((tier, reason))
+        if child is None:
+            child = self._routed[tier, reason] = self.affinity_routed.labels(tier, reason)
+        child.inc()
+        chars = self._chars.get(tier)
+        if chars is None:
+            chars = self._chars[tier] = (self.affinity_matched.labels(tier), self.affinity_hashed.labels(tier))
+        chars[0].inc(matched_chars)
+        chars[1].inc(prompt_chars)
+
+    def affinity_started(self, tiers: Iterable[str]) -> None:
+        """Affinity is in force for ``tiers``: their series start at 0 (why: :meth:`plan`)."""
+        from boute.sim.affinity import REASONS
+
+        for tier in tiers:
+            for reason in REASONS:
+                self._routed.setdefault((tier, reason), self.affinity_routed.labels(tier, reason))
+            self._chars.setdefault(tier, (self.affinity_matched.labels(tier), self.affinity_hashed.labels(tier)))
+
+    def usage(self, tier: str, replica: str, body: bytes) -> None:
+        """Prompt and cached tokens of an answer (a JSON body or a stream's usage chunk), read by byte search;
+        an answer without usage counts nothing, one without ``cached_tokens`` counts 0 cached."""
+        prompt = usage_count(body, PROMPT_USAGE)
+        if prompt is None:
+            return
+        pair = self._tokens.get((tier, replica))
+        if pair is None:
+            pair = self._tokens[tier, replica] = (
+                self.prompt_tokens.labels(tier, replica),
+                self.cached_tokens.labels(tier, replica),
+            )
+        pair[0].inc(prompt)
+        cached = usage_count(body, CACHED_USAGE)
+        if cached:
+            pair[1].inc(cached)
 
     def reject(self, reason: str) -> None:
         self.rejected.labels(reason).inc()

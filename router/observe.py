@@ -119,16 +119,25 @@ def healthy_groups(balancer: Balancer) -> dict[str, int]:
     return out
 
 
-_USAGE = b'"completion_tokens":'
+_ANSWER_USAGE = b'"completion_tokens":'
+#: ``usage.prompt_tokens`` as it appears in a JSON answer or a stream's usage chunk
+PROMPT_USAGE = b'"prompt_tokens":'
+CACHED_USAGE = b'"cached_tokens":'
 
 
 def answer_tokens(body: bytes) -> int | None:
     """``usage.completion_tokens`` of an OpenAI JSON answer, read without parsing the body (a byte search:
     the hot path forwards bodies untouched)."""
-    i = body.rfind(_USAGE)
+    return usage_count(body, _ANSWER_USAGE)
+
+
+def usage_count(body: bytes, field: bytes) -> int | None:
+    """The integer after the last ``field`` (``b'"name":'``) in ``body``, None where there is none: a usage
+    figure read by a byte search from the end, where OpenAI answers put ``usage``."""
+    i = body.rfind(field)
     if i < 0:
         return None
-    j = i + len(_USAGE)
+    j = i + len(field)
     while j < len(body) and body[j] in b" \t":
         j += 1
     k = j

@@ -80,6 +80,19 @@ def parse_request(raw: bytes, kind: str) -> tuple[dict[str, Any], str, bool, int
     raise BadRequest("'prompt' must be a string or a non-empty list of strings", param="prompt")
 
 
+def affinity_text(body: dict[str, Any], kind: str, limit: int) -> str:
+    """The prompt as sent, at most ``limit`` characters, for the prefix-affinity keys (a body
+    :func:`parse_request` accepted): a chat's messages rendered by :func:`boute.sim.affinity.render_messages`
+    (role and text of each, in order), a completion's prompt (a list's first)."""
+    if kind == CHAT:
+        from boute.sim.affinity import render_messages
+
+        msgs = ((m["role"], _text_of(m.get("content"), "")) for m in body["messages"])
+        return render_messages(msgs, limit)
+    prompt = body["prompt"]
+    return (prompt if isinstance(prompt, str) else prompt[0])[:limit]
+
+
 def check_context(body: dict[str, Any], kind: str, chars: int, context: int) -> None:
     """BadRequest (400 ``context_length_exceeded``, OpenAI's code; SGLang's message) when the request cannot
     fit a ``context``-token model: ``max_completion_tokens`` (else ``max_tokens``) plus a lower bound of the

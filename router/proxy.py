@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -28,6 +28,9 @@ from router.balancer import BackendState, Balancer
 from router.config import Settings
 from router.errors import NoReplica, Unanswered, UpstreamError, retry_after
 from router.upstream import Connection, Endpoint, Pool
+
+if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports
+    from boute.sim.affinity import PromptKeys
 
 
 @dataclass(slots=True)
@@ -76,14 +79,15 @@ class Proxy:
         """The client's body with ``model`` set to the replica's model (everything else unchanged)."""
         return orjson.dumps({**body, "model": replica.spec.model})
 
-    async def complete(self, tier: str, path: str, body: dict[str, Any]) -> Result:
-        """Non-streaming call; 4xx answers are the client's fault and passed through without retry."""
+    async def complete(self, tier: str, path: str, body: dict[str, Any], keys: PromptKeys | None = None) -> Result:
+        """Non-streaming call; 4xx answers are the client's fault and passed through without retry. ``keys``:
+        the prompt's prefix keys, for the replica's choice (:meth:`router.balancer.Balancer.pick`)."""
         tried: tuple[BackendState, ...] = ()
         last: str | None = None
         bal = self.balancer
         pool = self.client
         for _ in range(self.attempts):
-            r = bal.pick(tier, tried)
+            r = bal.pick(tier, tried, keys)
             if r is None:
                 break
             tried += (r,)
@@ -110,14 +114,16 @@ class Proxy:
             return Result(status, content, r, time.perf_counter() - t0)
         raise NoReplica(tier, len(tried), last, self._retry)
 
-    async def open_stream(self, tier: str, path: str, body: dict[str, Any]) -> Stream | Result:
+    async def open_stream(
+        self, tier: str, path: str, body: dict[str, Any], keys: PromptKeys | None = None
+    ) -> Stream | Result:
         """Open a streaming call and read its first chunk; a 4xx comes back as a Result instead."""
         tried: tuple[BackendState, ...] = ()
         last: str | None = None
         bal = self.balancer
         pool = self.client
         for _ in range(self.attempts):
-            r = bal.pick(tier, tried)
+            r = bal.pick(tier, tried, keys)
             if r is None:
                 break
             tried += (r,)

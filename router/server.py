@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, help="worker processes on the port (more than one needs --redis)")
     ap.add_argument("--worker-dir", type=Path, help=argparse.SUPPRESS)  # set by the supervisor for its workers
     ap.add_argument("--log-level", default="warning")
+    ap.add_argument(
+        "--affinity",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="prefix-affinity balancing on/off, over the plan's 'affinity' section (default: as the plan says)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -81,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         redis_url=args.redis_url,
         redis_prefix=args.redis_prefix,
         workers=args.workers,
+        affinity=args.affinity,
     )
     if args.worker_dir is not None:  # one of several: the supervisor checked the plan
         return _worker(settings, args.host, args.port, args.log_level, args.worker_dir)

@@ -34,6 +34,7 @@ def test_serve_emulate_ready_then_ctrl_c_stops_everything(tmp_path: Path) -> Non
         str(port),
         "--speedup",
         "50",
+        "--affinity",  # through to the gateway's flag: the plan has no affinity section
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -53,6 +54,8 @@ def test_serve_emulate_ready_then_ctrl_c_stops_everything(tmp_path: Path) -> Non
         wait_http(url + "/ready", 5, [proc])
         r = httpx.post(url + "/v1/completions", json={"model": "router-large", "prompt": "x", "max_tokens": 3})
         assert r.status_code == 200 and r.headers["x-boute-tier"] == "large"
+        metrics = httpx.get(url + "/metrics").text
+        assert 'boute_affinity_routed_total{reason="new_prefix",tier="large"} 1.0' in metrics
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)

@@ -35,6 +35,12 @@ def register(app: typer.Typer) -> None:
             min=1,
             help="gateway worker processes on the port, one core each (more than 1 needs --redis)",
         ),
+        affinity: bool | None = typer.Option(
+            None,
+            "--affinity/--no-affinity",
+            help="prefix-affinity (cache-aware) balancing within a tier, over the plan's 'affinity' section "
+            "(default: as the plan says; a plan without one balances by least load)",
+        ),
     ) -> None:
         """Start the gateway (and emulated backends); ready when /ready answers 200; Ctrl-C or SIGTERM stops all."""
         from boute.cli.stack import ServeStack
@@ -53,7 +59,7 @@ def register(app: typer.Typer) -> None:
                 if emulate:
                     n = stack.start_emulated(speedup)
                     typer.echo(f"started {n} emulated replicas (speedup {speedup:g}); registry {stack.backends}")
-                stack.start_gateway(workers=workers)
+                stack.start_gateway(workers=workers, affinity=affinity)
                 if prometheus_config is not None:
                     from boute.cli.prometheus_config import for_serve
 

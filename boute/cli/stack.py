@@ -78,9 +78,9 @@ class ServeStack:
             wait_http(f"http://{c.host}:{c.port}/health", 60, self.children)
         return len(configs)
 
-    def start_gateway(self, ready_timeout_s: float = 120.0, workers: int = 1) -> None:
+    def start_gateway(self, ready_timeout_s: float = 120.0, workers: int = 1, affinity: bool | None = None) -> None:
         """The gateway: one process, or a supervisor and ``workers`` worker processes on the port (ready when
-        the first listens; router.workers)."""
+        the first listens; router.workers). ``affinity``: prefix-affinity balancing on/off (None: the plan's)."""
         from backends.emulated.launch import wait_http
 
         cmd = [sys.executable, "-m", "router", "--plan", str(self.plan_path), "--host", self.host]
@@ -89,6 +89,8 @@ class ServeStack:
             cmd += ["--backends", str(self.backends)]
         if self.redis:
             cmd += ["--redis", self.redis]
+        if affinity is not None:
+            cmd.append("--affinity" if affinity else "--no-affinity")
         out = subprocess.DEVNULL if self.quiet else None
         gw = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, stdout=out, stderr=out)
         self.children.append(gw)
