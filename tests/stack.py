@@ -11,11 +11,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backends.emulated.launch import free_port, registry, replica_configs, spawn_replicas, wait_http
+from backends.emulated.profile import ReplicaConfig
 from boute.specs.plan import Plan
 from tests.waits import SAFETY_S
 
@@ -35,6 +38,20 @@ TEST_PLAN: dict[str, Any] = {
         {"tier": "large", "model": "llama-3.1-70b", "gpu": "h100-sxm", "count": 1, "tp": 4},
     ],
 }
+
+
+@contextmanager
+def serving_replicas(configs: Sequence[ReplicaConfig], work: Path) -> Iterator[str]:
+    """Emulated replicas for ``configs`` as processes, up and answering ``/health``; yields the first one's
+    URL and stops them all after."""
+    procs = spawn_replicas(list(configs), work)
+    try:
+        wait_http(f"http://127.0.0.1:{configs[0].port}/health", 60, procs)
+        yield f"http://127.0.0.1:{configs[0].port}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
 
 
 @dataclass

@@ -11,12 +11,13 @@ import httpx
 import pytest
 
 from backends.emulated.engine import Engine
-from backends.emulated.launch import free_port, spawn_replicas, wait_http
+from backends.emulated.launch import free_port
 from backends.emulated.profile import ReplicaConfig, pieces
 from boute.catalog import builtin_catalog
 from boute.data import data_path
 from boute.perf import replica_perf
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS
+from tests.stack import serving_replicas
 from tests.waits import until
 
 pytestmark = pytest.mark.timeout(120)  # every test here starts processes (a hang fails in 2 min, not 15)
@@ -89,15 +90,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         speedup=50,
         enable_cache_report=True,
     )
-    procs = spawn_replicas([cfg], tmp_path_factory.mktemp("emu"))
-    url = f"http://127.0.0.1:{cfg.port}"
-    try:
-        wait_http(url + "/health", 60, procs)
+    with serving_replicas([cfg], tmp_path_factory.mktemp("emu")) as url:
         yield url
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
 
 
 def _known() -> tuple[str, str]:

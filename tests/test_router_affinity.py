@@ -19,8 +19,9 @@ from boute.sim.affinity import AFFINITY, NEW_PREFIX, PromptKeys, prompt_keys, re
 from boute.specs.plan import Affinity, Plan
 from router.balancer import Balancer
 from router.config import Settings
+from tests.closed_loop import ClosedLoop
 from tests.stack import TEST_PLAN, Stack
-from tests.waits import SAFETY_S, until_async
+from tests.waits import SAFETY_S
 
 GPUS = ["h100-sxm", "rtx-4090", "h100-sxm", "rtx-4090", "h100-sxm"]
 SPECS = [BackendSpec(url=f"http://r{i}:1", tier="small", model="llama-3.1-8b", gpu=gpu) for i, gpu in enumerate(GPUS)]
@@ -237,47 +238,25 @@ def test_shared_system_prompts_stay_on_one_replica_with_affinity_and_spread_with
     assert all(float(v) > 0 for v in prompt) and all(float(v) >= 0 for v in cached)
 
 
-class _Load:
+class _Load(ClosedLoop):
     """Closed-loop clients, one system prompt each, recording (prompt, replica, status) of every answer."""
 
     def __init__(self, url: str, prompts: list[str]) -> None:
-        self.url, self.prompts = url, prompts
+        super().__init__(url, len(prompts))
+        self.prompts = prompts
         self.answers: list[tuple[int, str, int]] = []
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
-    async def _worker(self, client: httpx.AsyncClient, p: int) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            try:
-                r = await client.post(self.url + "/v1/chat/completions", json=_chat(self.prompts[p], f"turn {n}?"))
-                self.answers.append((p, r.headers.get("x-boute-replica", ""), r.status_code))
-            except httpx.HTTPError:
-                self.answers.append((p, "", -1))
-
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=SAFETY_S) as client:
-            await asyncio.gather(*(self._worker(client, p) for p in range(len(self.prompts))))
-
-    async def __aenter__(self) -> _Load:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._task is not None
-        await self._task
+    async def one(self, client: httpx.AsyncClient, worker: int, n: int) -> None:
+        try:
+            r = await client.post(self.url + "/v1/chat/completions", json=_chat(self.prompts[worker], f"turn {n}?"))
+            self.answers.append((worker, r.headers.get("x-boute-replica", ""), r.status_code))
+        except httpx.HTTPError:
+            self.answers.append((worker, "", -1))
 
     async def more(self, n: int, what: str) -> int:
         """Wait for ``n`` further answers; returns where they start in ``answers``."""
         start = len(self.answers)
-
-        async def done() -> bool:
-            assert self._task is not None and not self._task.done(), "the load stopped"
-            return len(self.answers) >= start + n
-
-        await until_async(done, what)
+        await self.reach(lambda: len(self.answers), start + n, what)
         return start
 
 

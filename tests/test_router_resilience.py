@@ -11,6 +11,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from tests.closed_loop import ClosedLoop
 from tests.services import free_port, start_redis
 from tests.stack import TEST_PLAN, Stack
 from tests.waits import SAFETY_S, until, until_async
@@ -21,50 +22,27 @@ TOKEN = "t0k"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-class _Load:
+class _Load(ClosedLoop):
     """Closed-loop clients until stopped, counting each HTTP status (-1 = transport error). The chaos tests
     act on what the load has done (so many answers before, during and after a failure), never on how long
     it has run: a busy machine answers fewer requests per second, never a different outcome."""
 
     def __init__(self, url: str, workers: int = 12, model: str = "boute") -> None:
-        self.url, self.workers, self.model = url, workers, model
+        super().__init__(url, workers)
+        self.model = model
         self.statuses: Counter[int] = Counter()
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
-    async def _worker(self, client: httpx.AsyncClient, i: int) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            body = {"model": self.model, "messages": [{"role": "user", "content": f"w{i} r{n}"}], "max_tokens": 8}
-            try:
-                r = await client.post(self.url + "/v1/chat/completions", json=body)
-                self.statuses[r.status_code] += 1
-            except httpx.HTTPError:
-                self.statuses[-1] += 1
-
-    async def _run(self) -> None:
-        async with httpx.AsyncClient(timeout=SAFETY_S) as client:
-            await asyncio.gather(*(self._worker(client, i) for i in range(self.workers)))
-
-    async def __aenter__(self) -> _Load:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._task is not None
-        await self._task
+    async def one(self, client: httpx.AsyncClient, worker: int, n: int) -> None:
+        body = {"model": self.model, "messages": [{"role": "user", "content": f"w{worker} r{n}"}], "max_tokens": 8}
+        try:
+            r = await client.post(self.url + "/v1/chat/completions", json=body)
+            self.statuses[r.status_code] += 1
+        except httpx.HTTPError:
+            self.statuses[-1] += 1
 
     async def answers(self, more: int, what: str) -> None:
         """Wait for ``more`` further answers (of any status: a failure must not stall the wait)."""
-        target = sum(self.statuses.values()) + more
-
-        async def done() -> bool:
-            assert self._task is not None and not self._task.done(), "the load stopped"
-            return sum(self.statuses.values()) >= target
-
-        await until_async(done, what)
+        await self.reach(lambda: sum(self.statuses.values()), sum(self.statuses.values()) + more, what)
 
 
 def test_plan_update_reaches_both_gateways(stack: Stack, redis_url: str) -> None:

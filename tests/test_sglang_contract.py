@@ -24,12 +24,13 @@ import pytest
 
 from backends.deploy.desired import ReplicaKey
 from backends.deploy.launch import LaunchOptions, replica_process
-from backends.emulated.launch import free_port, replica_configs, spawn_replicas, wait_http
+from backends.emulated.launch import free_port, replica_configs
 from backends.emulated.profile import ReplicaConfig
 from backends.sglang import SGLangOptions, place_plan, sglang_argv
 from backends.sglang import build as sglang_build
 from backends.sglang.cpu import cpu_options
 from boute.specs.plan import Plan, ReplicaGroup, Routing
+from tests.stack import serving_replicas
 
 pytestmark = pytest.mark.timeout(240)  # one child process imports SGLang (~10 s idle, a minute on busy cores)
 
@@ -171,15 +172,8 @@ def test_sglang_parser_catches_a_drifted_flag() -> None:
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cfg = ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", port=free_port(), speedup=200)
-    procs = spawn_replicas([cfg], tmp_path_factory.mktemp("emu"))
-    url = f"http://127.0.0.1:{cfg.port}"
-    try:
-        wait_http(url + "/health", 60, procs)
+    with serving_replicas([cfg], tmp_path_factory.mktemp("emu")) as url:
         yield url
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
 
 
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 8}
@@ -354,15 +348,8 @@ def reporting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ``--enable-cache-report``, which BOute needs to read prefix-cache hits."""
     configs = replica_configs(_plan(), speedup=200)
     assert all(c.enable_cache_report for c in configs)
-    procs = spawn_replicas(configs, tmp_path_factory.mktemp("emu-report"))
-    url = f"http://127.0.0.1:{configs[0].port}"
-    try:
-        wait_http(url + "/health", 60, procs)
+    with serving_replicas(configs, tmp_path_factory.mktemp("emu-report")) as url:
         yield url
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
 
 
 def _meta(usage: dict[str, Any]) -> dict[str, int]:
