@@ -287,9 +287,12 @@ async def test_a_killed_replica_fails_no_request_and_only_its_prompts_move(repli
     after = _modal(after_answers)
     moved = {p for p in before if after[p] != before[p]}
     assert moved == {p for p, rep in before.items() if rep == victim}, (before, after)  # only the victim's
-    # each prompt has one home after the move (the rendezvous choice among the survivors, or the next one in
-    # its order where the bounded load said so at that instant)
-    assert all(len(reps) == 1 for reps in _replicas_of(after_answers).values()), _replicas_of(after_answers)
+    # a prompt that stayed keeps its one home; a moved one went to the rendezvous choice among the survivors,
+    # or, where the bounded load said so at an instant of the failover (retries of the victim's requests in
+    # flight), to the next one in its order too: then both hold it and the tie goes to the less loaded
+    homes_after = _replicas_of(after_answers)
+    assert all(len(homes_after[p]) == 1 for p in before if p not in moved), homes_after
+    assert all(1 <= len(homes_after[p]) <= 2 for p in moved), homes_after
     served = Counter(rep for _, rep, _ in after_answers)
     mean = sum(served.values()) / 3
     assert len(served) == 3 and max(served.values()) <= 2.0 * mean, served  # no survivor takes it all
