@@ -49,8 +49,9 @@ def test_conversations_repeat_the_previous_turn_and_its_answer(base: Scenario, s
     w = build_workload(sc)
     p = w.prefixes
     assert p is not None
+    paths = p.paths()
     for i in range(len(w)):
-        path = p.prompt_path(i)
+        path = paths.prompt(i)
         assert sum(t for _, t in path) == w.input_tokens[i] <= sc.workload.lengths.max_input
         assert path[0][0] < 5  # every conversation opens with one of the system prompts
     follow = np.flatnonzero(p.turn > 1)
@@ -59,11 +60,12 @@ def test_conversations_repeat_the_previous_turn_and_its_answer(base: Scenario, s
         prev = np.flatnonzero((p.conversation == p.conversation[i]) & (p.turn == p.turn[i] - 1))
         assert len(prev) == 1 and w.arrival_s[prev[0]] <= w.arrival_s[i]
         # turn k + 1 starts with turn k's prompt and its answer, as it was recorded
-        before = p.full_path(int(prev[0]), int(w.output_tokens[prev[0]]))
-        assert p.prompt_path(i)[: len(before)] == before
+        assert p.previous(int(i)) == prev[0]
+        before = paths.full(int(prev[0]), 0, int(w.output_tokens[prev[0]]))
+        assert paths.prompt(i)[: len(before)] == before
         assert before[-1][1] == w.output_tokens[prev[0]]
     # the popular system prompt opens more conversations than the least popular (zipf 1.1 over 5)
-    first = np.bincount([p.prompt_path(i)[0][0] for i in range(len(w)) if p.turn[i] == 1], minlength=5)
+    first = np.bincount([paths.prompt(i)[0][0] for i in range(len(w)) if p.turn[i] == 1], minlength=5)
     assert first[0] > first[4]
 
 
@@ -123,17 +125,3 @@ def test_a_bad_prefix_section_names_its_field(base: Scenario, prefixes: dict[str
     with pytest.raises(SpecError, match=field) as err:
         _scenario(base, prefixes)
     assert "scenario.yaml" in str(err.value) and "prefixes" in str(err.value)
-
-
-def test_verify_refuses_to_replay_prefixes_it_would_not_send() -> None:
-    """`boute verify` replays bare profile prompts: on a scenario whose promise counted system prompts and
-    earlier turns that would measure a lighter stream than the one promised, so it says so instead."""
-    from boute.errors import BouteError
-    from boute.quality import quality_model_for
-    from boute.quality.profiles import load_profile
-    from boute.serving.verify import build_requests
-    from boute.specs import load_scenario
-
-    sc = load_scenario("builtin:shared-system-prompt")
-    with pytest.raises(BouteError, match="workload.prefixes"):
-        build_requests(sc, load_profile(sc.quality.profile), quality_model_for(sc).test_index, duration_s=5)

@@ -20,6 +20,11 @@ from boute.cli.options import REPORT, TRACKING_DB, fraction, positive
 DEFAULT_TIMEOUT_S = 120.0
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+
+    from boute.quality import QualityModel
     from boute.serving.explain import Explanation
     from boute.serving.verify import Requests, Tolerances, Verdict
     from boute.specs import Plan, Scenario
@@ -154,7 +159,14 @@ def run_verify(
     profile = profile_for(sc)
     columns = dict(zip([t.name for t in sc.tiers], tier_models(sc, profile), strict=True))
     req = build_requests(
-        sc, profile, qm.test_index, duration_s=duration_s, rate_rps=rate_rps, seed=seed, max_tokens=max_tokens
+        sc,
+        profile,
+        qm.test_index,
+        duration_s=duration_s,
+        rate_rps=rate_rps,
+        seed=seed,
+        max_tokens=max_tokens,
+        assign=plan_assign(plan, qm, sc.workload.seed),
     )
     rate = rate_rps or sc.workload.rate_rps
     info: dict[str, Any] = {"rate_rps": rate, "duration_s": duration_s or sc.workload.duration_s, "speedup": speedup}
@@ -174,6 +186,17 @@ def run_verify(
     measured = measure(results, req.rows, profile, columns)
     why = explain_routes(plan.routing.tiers, results["tier"], results.get("reason") or [None] * len(results["tier"]))
     return compare(plan, measured, tol, capped_at=max_tokens if req.capped else None), info, why
+
+
+def plan_assign(plan: Plan, qm: QualityModel, seed: int) -> Callable[[np.ndarray], np.ndarray] | None:
+    """Profile rows -> the tier that answers each under the plan's routing, as the simulator applied it when
+    the plan was judged (``QualityModel.assign``, the sim evaluator's rule); None for a plan without fractions."""
+    fractions = plan.routing.fractions
+    if fractions is None:
+        return None
+    import numpy as np
+
+    return lambda rows: qm.assign(rows, np.asarray(fractions, dtype=float), mode=plan.routing.mode, seed=seed)
 
 
 def _generate(work: Path, url: str, req: Requests, speedup: float, timeout_s: float) -> dict[str, Any]:

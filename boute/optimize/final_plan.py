@@ -54,6 +54,7 @@ def build_plan(
         evaluator=r.evaluator,
         feasible=r.feasible,
         tier_shares=_held_out_shares(r) or _held_out_shares(t.result),
+        cached_token_share=r.extra.cached_token_share,
     )
     return plan.model_copy(update={"predicted": pred, "objective": out.objective.label})
 

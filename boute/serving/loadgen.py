@@ -9,7 +9,9 @@ the bottleneck. Time compression: with backends ``speedup`` times faster than mo
 ``python -m boute.serving.loadgen REQUESTS.json RESULTS.json``: the input holds ``url``, ``path``,
 ``send_at`` (model seconds), ``bodies`` (JSON strings), ``speedup`` and ``timeout_s``; the output holds
 per request ``status`` (0: transport error or timeout), ``latency_s``, ``tier``, ``reason`` (the route's
-reason, :mod:`boute.serving.reason`) and ``text``, plus ``wall_s`` and ``cpu_s`` of the generator.
+reason, :mod:`boute.serving.reason`), ``text``, and the answer's ``prompt_tokens`` and ``cached_tokens``
+(``usage.prompt_tokens_details.cached_tokens``; None where not reported), plus ``wall_s`` and ``cpu_s`` of the
+generator.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     tier: list[str | None] = [None] * n
     reason: list[str | None] = [None] * n
     text: list[str | None] = [None] * n
+    prompt_tokens: list[int | None] = [None] * n
+    cached_tokens: list[int | None] = [None] * n  # usage.prompt_tokens_details.cached_tokens (None: not reported)
     timeout = aiohttp.ClientTimeout(total=float(spec.get("timeout_s", 120.0)) / speedup)
     headers = {"content-type": "application/json"}
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -62,8 +66,12 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                         latency[i] = (loop.time() - start) * speedup
                         tier[i] = r.headers.get("x-boute-tier")
                         reason[i] = r.headers.get(REASON)
-                        msg = json.loads(payload)["choices"][0]
+                        answer = json.loads(payload)
+                        msg = answer["choices"][0]
                         text[i] = (msg.get("message") or {}).get("content", msg.get("text"))
+                        usage = answer.get("usage") or {}
+                        prompt_tokens[i] = usage.get("prompt_tokens")
+                        cached_tokens[i] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
             except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
                 status[i] = status[i] if status[i] not in (0, 200) else 0
 
@@ -75,6 +83,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "tier": tier,
         "reason": reason,
         "text": text,
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": cached_tokens,
         "wall_s": wall,
         "cpu_s": _cpu_s() - cpu0,
         "t0_epoch": t0_epoch,

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from boute.errors import BouteError
 from boute.quality.confidence import DEFAULT_LEVEL
 from boute.quality.profiles import QualityProfile
-from boute.specs.plan import Plan
+from boute.specs.plan import Plan, Prediction
 from boute.specs.scenario import Scenario
 from boute.stats import quantile
+
+if TYPE_CHECKING:
+    from boute.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Tolerances:
     quality: float = 0.02  # absolute
     p95_rel: float = 0.15  # relative to the promise
     failed: int = 0
+    cached_share: float = 0.05  # absolute: the simulator's hits against the replicas' reported ones
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ def build_requests(
     rate_rps: float | None = None,
     seed: int = 0,
     max_tokens: int | None = None,
+    assign: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Requests:
     """The stream the simulator judged the plan on (:func:`boute.workload.replay_workload`: the scenario's
     arrivals, each carrying a held-out profile prompt, drawn with replacement in the scenario's mix).
@@ -62,17 +68,15 @@ def build_requests(
 
     ``max_tokens`` caps every answer (``boute verify --max-tokens``): a real engine at a few tokens/s cannot
     finish unbounded GSM8K answers within any useful timeout. Capped answers are shorter than the ones the plan
-    was judged on, so :func:`compare` then reports P95 instead of judging it (``Requests.capped`` counts them)."""
+    was judged on, so :func:`compare` then reports P95 instead of judging it (``Requests.capped`` counts them).
+
+    Where the workload's prompts share prefixes (``workload.prefixes``), each request carries them as the
+    simulator counted them (:func:`prefixed_messages`); ``assign`` (profile rows -> the tier that answers
+    each, the plan's routing as the simulator applied it) says whose answer a conversation's next turn
+    repeats."""
     from boute.workload import replay_workload
     from boute.workload.profiles import profile_lengths
 
-    if scenario.workload.prefixes is not None:
-        # the simulator judged prompts that carry system prompts and earlier turns; replaying the bare profile
-        # prompts would measure a lighter stream than the one promised and call it kept
-        raise BouteError(
-            f"scenario '{scenario.name}': workload.prefixes: boute verify cannot replay shared prefixes yet "
-            "(system prompts and earlier turns are not sent); verify a plan of a scenario without them"
-        )
     w = replay_workload(
         scenario, np.asarray(held_out, dtype=np.int64), duration_s=duration_s, rate_rps=rate_rps, seed=seed
     )
@@ -87,15 +91,73 @@ def build_requests(
         out_len = profile_lengths(scenario.quality.profile, scenario.quality.format, models, base).output_tokens
     if max_tokens is not None and max_tokens < 1:
         raise BouteError(f"max_tokens must be >= 1, got {max_tokens}")
+    chats = (
+        prefixed_messages(scenario, profile, w, rows, tier_answers(scenario, profile, assign, rows))
+        if w.prefixes is not None
+        else [replay_messages(profile, int(r)) for r in rows]
+    )
     bodies = []
     capped = 0
-    for r in rows:
-        body: dict[str, Any] = {"model": "boute", "messages": replay_messages(profile, int(r))}
+    for r, messages in zip(rows, chats, strict=True):
+        body: dict[str, Any] = {"model": "boute", "messages": messages}
         if out_len is not None:
             body["max_tokens"] = int(out_len[r])
         capped += cap_max_tokens(body, max_tokens)
         bodies.append(json.dumps(body))
     return Requests(w.arrival_s, bodies, rows, max_tokens, capped)
+
+
+def tier_answers(
+    scenario: Scenario, profile: QualityProfile, assign: Callable[[np.ndarray], np.ndarray] | None, rows: np.ndarray
+) -> list[str] | None:
+    """The answer each request's client gets: the recorded response, for its prompt, of the model of the tier
+    ``assign`` sends it to (what an emulated replica of that tier answers). None when no request is a later
+    turn of a conversation (nothing repeats an answer); BouteError when one is and the answers are unknown."""
+    if scenario.workload.prefixes is None or scenario.workload.prefixes.conversations is None:
+        return None
+    from boute.quality.build import tier_models
+
+    models = tier_models(scenario, profile)
+    missing = [m for m in models if m not in profile.responses]
+    if assign is None or missing:
+        why = "no routing to tell whose answers" if assign is None else f"no recorded answers of {missing}"
+        raise BouteError(f"workload.prefixes.conversations: a later turn repeats its client's answer, but {why}")
+    tiers = assign(rows)
+    return [profile.responses[models[int(t)]][int(r)] for t, r in zip(tiers, rows, strict=True)]
+
+
+def prefixed_messages(
+    scenario: Scenario,
+    profile: QualityProfile,
+    w: Workload,
+    rows: np.ndarray,
+    answers: list[str] | None,
+) -> list[list[dict[str, str]]]:
+    """The chat of each request of a workload whose prompts share prefixes (:mod:`boute.workload.prefixes`):
+    its conversation's system prompt (text of the simulated length, the same text wherever it recurs,
+    :func:`boute.workload.synthetic_text.text_of_tokens`), then, for a later turn, the previous turn's chat
+    and the answer its client got (``answers``), then its own prompt (:func:`replay_messages`). The gateway
+    routes on the last user message, so the route is the one the promise assumed."""
+    from boute.workload.synthetic_text import text_of_tokens
+
+    p = w.prefixes
+    assert p is not None
+    roots = scenario.workload.prefixes is not None and scenario.workload.prefixes.system_prompts is not None
+    chats: list[list[dict[str, str]]] = []
+    for i, r in enumerate(rows):
+        prev = p.previous(i)
+        if prev >= 0:
+            assert answers is not None
+            head = [*chats[prev], {"role": "assistant", "content": answers[prev]}]
+        elif roots:
+            root = int(p.prompt_node[i])
+            while p.parent[root] >= 0:
+                root = int(p.parent[root])
+            head = [{"role": "system", "content": text_of_tokens(root, int(p.tokens[root]))}]
+        else:
+            head = []
+        chats.append(head + replay_messages(profile, int(r)))
+    return chats
 
 
 def cap_max_tokens(body: dict[str, Any], cap: int | None) -> bool:
@@ -146,6 +208,8 @@ class Measured:
     p95_s: float
     answers_match_profile: float | None  # share of answers that are the answering tier's recorded response
     generator_cpu_share: float  # the load generator's CPU seconds per wall second (1.0 = one core busy)
+    #: share of the answered requests' prompt tokens the replicas reported cached (None: none reported)
+    cached_token_share: float | None = None
 
 
 def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, columns: dict[str, str]) -> Measured:
@@ -179,7 +243,19 @@ def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, 
         p95_s=quantile(lat, 0.95) if lat.size else math.inf,
         answers_match_profile=matched / counted if counted else None,
         generator_cpu_share=float(results["cpu_s"]) / max(1e-9, float(results["wall_s"])),
+        cached_token_share=cached_share(results, ok),
     )
+
+
+def cached_share(results: dict[str, Any], ok: np.ndarray) -> float | None:
+    """Reported cached prompt tokens over reported prompt tokens, over the answered requests that report both
+    (SGLang reports ``cached_tokens`` only with ``--enable-cache-report``; None when no answer did)."""
+    pairs = [
+        (c, p)
+        for c, p, good in zip(results.get("cached_tokens") or [], results.get("prompt_tokens") or [], ok, strict=False)
+        if good and c is not None and p
+    ]
+    return sum(c for c, _ in pairs) / sum(p for _, p in pairs) if pairs else None
 
 
 @dataclass(frozen=True)
@@ -228,6 +304,18 @@ def _cascade_checks(tiers: list[str], promised: list[float], shares: dict[str, f
         g = float(got[k] / gv[k]) if gv[k] > 1e-12 else 1.0
         out.append(Check(f"accepted at {tier}", p, g, within, abs(g - p) <= tol.share + 1e-12))
     return out
+
+
+def _cache_checks(pred: Prediction | None, m: Measured, tol: Tolerances) -> list[Check]:
+    """The promised share of prompt tokens served from prefix caches against the replicas' reports: judged
+    where both exist, reported where only the measurement does (a plan of traffic without shared prefixes)."""
+    if m.cached_token_share is None:
+        return []
+    promised = pred.cached_token_share if pred is not None else None
+    if promised is None:
+        return [Check("cached token share", None, m.cached_token_share, "reported", True)]
+    ok = abs(m.cached_token_share - promised) <= tol.cached_share + 1e-12
+    return [Check("cached token share", promised, m.cached_token_share, f"+-{tol.cached_share:g}", ok)]
 
 
 def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances(), *, capped_at: int | None = None) -> Verdict:
@@ -281,6 +369,7 @@ def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances(), *, capped_a
             checks.append(
                 Check("P95 (s)", pred.p95_latency_s, m.p95_s, f"+-{tol.p95_rel:.0%}", abs(rel) <= tol.p95_rel)
             )
+    checks += _cache_checks(pred, m, tol)
     if pred is None:
         notes.append("the plan carries no prediction: only shares and failures are checked")
     checks.append(

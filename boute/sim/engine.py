@@ -307,7 +307,7 @@ def simulate(
     weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
     replicas, by_tier = build_replicas(plan, timings, weights)
     check_served(plan, route, by_tier)
-    cached = with_prefix_caches(replicas, workload)
+    cached = with_prefix_caches(replicas, workload, route)
     loop = Scheduler(
         replicas,
         by_tier,
@@ -325,15 +325,18 @@ def simulate(
     return replace(result, cached_tokens=np.asarray(cached, dtype=np.int64), prompt_tokens=workload.input_tokens)
 
 
-def with_prefix_caches(replicas: Sequence[SimReplica], workload: Workload) -> list[int] | None:
-    """Give every replica a prefix cache the size of its KV pool when the workload's prompts share prefixes;
-    the list each request's hit (at the last replica that served it) is written to, else None."""
+def with_prefix_caches(replicas: Sequence[SimReplica], workload: Workload, route: np.ndarray) -> list[int] | None:
+    """Give every replica a prefix cache the size of its KV pool when the workload's prompts share prefixes,
+    with the prompts' paths under ``route`` (an earlier turn's answer is its final tier's,
+    :class:`boute.workload.prefixes.Paths`); the list each request's hit (at the last replica that served it)
+    is written to, else None."""
     if workload.prefixes is None:
         return None
     cached = [0] * len(workload)
+    paths = workload.prefixes.paths(route)
     for r in replicas:
         r.cache = PrefixCache(r.timing.kv_capacity)
-        r.prefixes = workload.prefixes
+        r.paths = paths
         r.cached = cached
     return cached
 

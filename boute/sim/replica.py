@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 from boute.sim.timing import ReplicaTiming
 
 if TYPE_CHECKING:
-    from boute.perf.prefix_cache import PrefixCache
-    from boute.workload.prefixes import Prefixes
+    from boute.perf.prefix_cache import PrefixCache, Segment
+    from boute.workload.prefixes import Paths
 
 IDLE, PREFILL, DECODE = 0, 1, 2
 
@@ -65,7 +65,7 @@ class SimReplica:
         "served",
         "busy_s",
         "cache",
-        "prefixes",
+        "paths",
         "cached",
         "answers",
     )
@@ -96,7 +96,7 @@ class SimReplica:
         # the prefix cache (boute.perf.prefix_cache), set by the engine when the workload's prompts share
         # prefixes: ``cached[rid]`` is the hit of request rid at its current replica
         self.cache: PrefixCache | None = None
-        self.prefixes: Prefixes | None = None
+        self.paths: Paths | None = None
         self.cached: list[int] = []
         self.answers = 0  # answer tokens the running requests reserve (not in the cache until they end)
 
@@ -166,7 +166,7 @@ class SimReplica:
                     self.partial = rid
                     continue
                 if self.cache is not None:
-                    self._store(self.prefixes.prompt_path(rid))  # type: ignore[union-attr]
+                    self._store(self.paths.prompt(rid))  # type: ignore[union-attr]
                 ttft[rid] = end
                 remaining = out[rid] - 1
                 if remaining <= 0:
@@ -192,14 +192,14 @@ class SimReplica:
     def _match(self, rid: int, answer_tokens: int) -> int:
         """The cached prefix of request ``rid``'s prompt, which it then neither prefills nor reserves again;
         its answer is reserved beside the cache."""
-        prompt = self.prefixes.prompt_path(rid)  # type: ignore[union-attr]
+        prompt = self.paths.prompt(rid)  # type: ignore[union-attr]
         hit = self.cache.match(prompt, sum(t for _, t in prompt))  # type: ignore[union-attr]
         self.cached[rid] = hit
         self.answers += answer_tokens
         self.cache.limit(self.timing.kv_capacity - self.answers)  # type: ignore[union-attr]
         return hit
 
-    def _store(self, path: tuple[tuple[int, int], ...]) -> None:
+    def _store(self, path: tuple[Segment, ...]) -> None:
         """Cache ``path`` within the KV pool less the answers the running requests reserve: the cache holds
         the running prompts (SGLang's locked nodes) and everything finished, the answers are apart."""
         cache = self.cache
@@ -210,7 +210,7 @@ class SimReplica:
         if self.cache is not None:
             self.kv_used -= inp[rid] + out[rid] - self.cached[rid]
             self.answers -= out[rid]
-            self._store(self.prefixes.full_path(rid, out[rid]))  # type: ignore[union-attr]
+            self._store(self.paths.full(rid, self.tier, out[rid]))  # type: ignore[union-attr]
         else:
             self.kv_used -= inp[rid] + out[rid]
         self.outstanding -= 1

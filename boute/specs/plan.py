@@ -203,6 +203,9 @@ class Prediction(_Frozen):
     tier_shares: list[float] | None = Field(
         None, description="share of the held-out prompts (the quality's) each tier answers at these thresholds"
     )
+    cached_token_share: float | None = Field(
+        None, description="share of prompt tokens served from the replicas' prefix caches (simulated)"
+    )
 
 
 class RequestLengths(_Frozen):

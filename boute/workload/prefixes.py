@@ -24,13 +24,14 @@ fast path charge a cache miss its full prefill.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from boute.specs.scenario import Prefixes as PrefixSpec
 
-Segment = tuple[int, int]
+Segment = tuple[Hashable, int]
 
 
 @dataclass(frozen=True)
@@ -43,28 +44,18 @@ class Prefixes:
     answer_node: np.ndarray  # int64 per request: the node of its answer a later turn repeats, -1 none
     conversation: np.ndarray  # int64 per request: its conversation id
     turn: np.ndarray  # int64 per request: 1 for a conversation's first request
-    _paths: dict[int, tuple[Segment, ...]] = field(default_factory=dict, repr=False, compare=False)
+    answer_of: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per node: whose answer, -1
 
-    def path(self, node: int) -> tuple[Segment, ...]:
-        """The segments ``(node id, tokens)`` from a root to ``node``, root first (memoised)."""
-        got = self._paths.get(node)
-        if got is None:
-            parent = int(self.parent[node])
-            own = ((node, int(self.tokens[node])),)
-            got = own if parent < 0 else self.path(parent) + own
-            self._paths[node] = got
-        return got
+    def paths(self, final_tier: np.ndarray | None = None) -> Paths:
+        """The cache paths of the prompts once ``final_tier[i]``, the tier whose answer request i's client gets,
+        is known (None: one tier answers everything)."""
+        return Paths(self, final_tier)
 
-    def prompt_path(self, request: int) -> tuple[Segment, ...]:
-        return self.path(int(self.prompt_node[request]))
-
-    def full_path(self, request: int, answer_tokens: int) -> tuple[Segment, ...]:
-        """The prompt and the answer as served (what a replica caches when the request finishes): the answer is
-        the node a later turn repeats where there is one, else a segment no other request shares."""
-        node = int(self.answer_node[request])
-        if node >= 0:
-            return self.path(node)
-        return self.prompt_path(request) + ((-1 - request, int(answer_tokens)),)
+    def previous(self, request: int) -> int:
+        """The request whose prompt and answer this one's prompt repeats (the conversation's previous turn), or
+        -1 for a conversation's first."""
+        parent = int(self.parent[int(self.prompt_node[request])])
+        return int(self.answer_of[parent]) if parent >= 0 else -1
 
     def own_tokens(self) -> np.ndarray:
         """Each request's tokens that no other prompt holds (its own last segment): what it prefills at best."""
@@ -77,15 +68,58 @@ class Prefixes:
         return float(np.sum(input_tokens - own)) / total if total > 0 else 0.0
 
 
+class Paths:
+    """Prefix-cache paths of a workload's prompts, with each earlier answer named by the tier that gave it.
+
+    Why the tier: turn k + 1 repeats the answer its client got, which is the answer of the tier that served
+    turn k last, and each tier's model answers differently. So an answer segment's key is ``(node, tier)``:
+    turn k + 1 can hit it only on a replica of that tier that served turn k (or a later turn of the same
+    conversation), as on real engines. Other segments are keyed by their node id. Answer segments keep the
+    tree's token count in prompts (the length the workload drew); :meth:`full` caches the answer as generated.
+    """
+
+    def __init__(self, prefixes: Prefixes, final_tier: np.ndarray | None) -> None:
+        self.prefixes = prefixes
+        self.final_tier = final_tier
+        self._memo: dict[int, tuple[Segment, ...]] = {}
+
+    def _key(self, node: int) -> Hashable:
+        owner = int(self.prefixes.answer_of[node])
+        if owner < 0:
+            return node
+        return (node, 0 if self.final_tier is None else int(self.final_tier[owner]))
+
+    def path(self, node: int) -> tuple[Segment, ...]:
+        """The segments ``(key, tokens)`` from a root to ``node``, root first (memoised)."""
+        got = self._memo.get(node)
+        if got is None:
+            parent = int(self.prefixes.parent[node])
+            own = ((self._key(node), int(self.prefixes.tokens[node])),)
+            got = own if parent < 0 else self.path(parent) + own
+            self._memo[node] = got
+        return got
+
+    def prompt(self, request: int) -> tuple[Segment, ...]:
+        return self.path(int(self.prefixes.prompt_node[request]))
+
+    def full(self, request: int, tier: int, answer_tokens: int) -> tuple[Segment, ...]:
+        """The prompt and the answer tier ``tier`` generated (what its replica caches when the request ends)."""
+        node = int(self.prefixes.answer_node[request])
+        key: Hashable = (node, tier) if node >= 0 else ("answer", request, tier)
+        return self.prompt(request) + ((key, int(answer_tokens)),)
+
+
 class _Tree:
     def __init__(self) -> None:
         self.parent: list[int] = []
         self.tokens: list[int] = []
         self.total: list[int] = []  # tokens from the root through the node
+        self.answer_of: list[int] = []
 
-    def add(self, parent: int, tokens: int) -> int:
+    def add(self, parent: int, tokens: int, answer_of: int = -1) -> int:
         self.parent.append(parent)
         self.tokens.append(tokens)
+        self.answer_of.append(answer_of)
         self.total.append(tokens + (self.total[parent] if parent >= 0 else 0))
         return len(self.parent) - 1
 
@@ -120,7 +154,7 @@ def draw_prefixes(
         prev = -1
         if due and due[0][0] <= arrival_s[i]:
             _, c, prev = heapq.heappop(due)
-            answer = answer_node[prev] = tree.add(int(prompt_node[prev]), int(answer_tokens[prev]))
+            answer = answer_node[prev] = tree.add(int(prompt_node[prev]), int(answer_tokens[prev]), prev)
             if tree.total[answer] + q > max_input:  # the context is full: this request opens a new conversation
                 answer_node[prev], prev = -1, -1
         if prev >= 0:
@@ -141,6 +175,7 @@ def draw_prefixes(
         answer_node,
         conversation,
         turn,
+        np.asarray(tree.answer_of, dtype=np.int64),
     )
     return prefixes, total[prompt_node]
 

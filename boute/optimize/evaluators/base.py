@@ -59,6 +59,9 @@ class EvalDetail:
     requests: int | None = None
     completed: int | None = None
     slo_attainment: float | None = None
+    # sim: share of the completed requests' prompt tokens served from the replicas' prefix caches (None: the
+    # workload's prompts share no prefixes)
+    cached_token_share: float | None = None
     # live: failed requests, the standard error of the sampled quality, the share of answers that were the
     # answering tier's recorded ones, the time compression, and the deploy and replay wall times
     failed: int | None = None

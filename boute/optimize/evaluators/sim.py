@@ -103,6 +103,7 @@ class SimEvaluator:
                 completed=int(summary.get("completed", sent)),
                 requests=int(summary.get("requests", sent)),
                 slo_attainment=float(summary.get("slo_attainment", math.nan)),
+                cached_token_share=summary.get("cached_token_share"),
             ),
         )
 
