@@ -64,9 +64,14 @@ def test_a_plan_for_shared_prefixes_serves_its_promised_cached_share(tmp_path: P
     assert r.returncode == 0, r.stderr
     promised = json.loads((tmp_path / "plan.json").read_text())["predicted"]["cached_token_share"]
     assert promised > 0.5
-    r = boute("verify", "--plan", "plan.json", "--duration", "20", "--speedup", "8", "--json")
+    r = boute("verify", "--plan", "plan.json", "--duration", "20", "--speedup", "8", "--stream-share", "0.2", "--json")
     assert r.returncode in (0, 1), r.stderr  # 1: a check outside tolerance (small samples), still a verdict
     out = json.loads(r.stdout)
-    assert out["measured"]["failed"] == 0
+    m = out["measured"]
+    assert m["failed"] == 0 and m["answers_match_profile"] == 1.0  # streamed answers read whole, too
     check = next(c for c in out["checks"] if c["name"] == "cached token share")
     assert check["promised"] == promised and check["ok"], check
+    # the streamed sample's time to first token, beside the simulator's, and never after the answer ends
+    ttft = {c["name"]: c for c in out["checks"] if c["name"].startswith("TTFT")}
+    assert set(ttft) == {"TTFT P50 (s)", "TTFT P95 (s)"} and all(c["promised"] > 0 for c in ttft.values())
+    assert 0 < m["ttft_p50_s"] <= m["ttft_p95_s"] <= m["p95_s"]

@@ -58,6 +58,12 @@ def register(app: typer.Typer) -> None:
         tol_share: float = typer.Option(0.02, "--tol-share", callback=fraction, help="per-tier share, absolute"),
         tol_quality: float = typer.Option(0.02, "--tol-quality", callback=fraction, help="quality, absolute"),
         tol_p95: float = typer.Option(0.15, "--tol-p95", callback=fraction, help="P95, relative to the promise"),
+        stream_share: float = typer.Option(
+            0.0,
+            "--stream-share",
+            callback=fraction,
+            help="stream this share of the requests (drawn by --seed) and measure their time to first token",
+        ),
         explain: bool = typer.Option(
             False, "--explain", help="also summarise why requests went where they went, by tier (x-boute-reason)"
         ),
@@ -88,6 +94,7 @@ def register(app: typer.Typer) -> None:
                 tol=tol,
                 max_tokens=max_tokens,
                 timeout_s=timeout,
+                stream_share=stream_share,
             )
         except (RuntimeError, TimeoutError) as exc:  # a replica or the gateway did not come up
             raise BouteError(f"verify: {exc}") from None
@@ -141,6 +148,7 @@ def run_verify(
     tol: Tolerances,
     max_tokens: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    stream_share: float = 0.0,
 ) -> tuple[Verdict, dict[str, Any], Explanation]:
     """Serve the plan here unless ``url`` is given, replay, score, compare; and the answers' route reasons.
 
@@ -167,10 +175,12 @@ def run_verify(
         seed=seed,
         max_tokens=max_tokens,
         assign=plan_assign(plan, qm, sc.workload.seed),
+        stream_share=stream_share,
     )
     rate = rate_rps or sc.workload.rate_rps
     info: dict[str, Any] = {"rate_rps": rate, "duration_s": duration_s or sc.workload.duration_s, "speedup": speedup}
     info.update({"timeout_s": timeout_s, "max_tokens": max_tokens, "capped_requests": req.capped})
+    info["stream_share"] = stream_share
     with tempfile.TemporaryDirectory(prefix="boute-verify-") as tmp:
         if url is not None:
             info["gateway"] = url

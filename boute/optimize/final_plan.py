@@ -55,6 +55,8 @@ def build_plan(
         feasible=r.feasible,
         tier_shares=_held_out_shares(r) or _held_out_shares(t.result),
         cached_token_share=r.extra.cached_token_share,
+        ttft_p50_s=r.extra.ttft_p50_s,
+        ttft_p95_s=r.extra.ttft_p95_s,
     )
     return plan.model_copy(update={"predicted": pred, "objective": out.objective.label})
 

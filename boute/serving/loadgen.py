@@ -10,8 +10,9 @@ the bottleneck. Time compression: with backends ``speedup`` times faster than mo
 ``send_at`` (model seconds), ``bodies`` (JSON strings), ``speedup`` and ``timeout_s``; the output holds
 per request ``status`` (0: transport error or timeout), ``latency_s``, ``tier``, ``reason`` (the route's
 reason, :mod:`boute.serving.reason`), ``text``, and the answer's ``prompt_tokens`` and ``cached_tokens``
-(``usage.prompt_tokens_details.cached_tokens``; None where not reported), plus ``wall_s`` and ``cpu_s`` of the
-generator.
+(``usage.prompt_tokens_details.cached_tokens``; None where not reported) and, for a streamed answer (a body
+with ``stream``: its server-sent events are read as they come), ``ttft_s``, the time to its first content;
+plus ``wall_s`` and ``cpu_s`` of the generator.
 """
 
 from __future__ import annotations
@@ -32,6 +33,37 @@ def _cpu_s() -> float:
     return t.user + t.system
 
 
+async def _read_whole(r: Any) -> tuple[str | None, dict[str, Any], None]:
+    """A whole JSON answer: its text and usage."""
+    answer = json.loads(await r.read())
+    msg = answer["choices"][0]
+    return (msg.get("message") or {}).get("content", msg.get("text")), answer.get("usage") or {}, None
+
+
+async def _read_stream(
+    r: Any, loop: asyncio.AbstractEventLoop, start: float
+) -> tuple[str, dict[str, Any], float | None]:
+    """A server-sent event stream of chunks: its text, the usage chunk's usage (``stream_options.include_usage``)
+    and the seconds from ``start`` to the first content."""
+    parts: list[str] = []
+    usage: dict[str, Any] = {}
+    first: float | None = None
+    async for line in r.content:
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        chunk = json.loads(data)
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content") or choice.get("text")
+            if piece:
+                first = loop.time() - start if first is None else first
+                parts.append(piece)
+    return "".join(parts), usage, first
+
+
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     import aiohttp
 
@@ -46,6 +78,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     text: list[str | None] = [None] * n
     prompt_tokens: list[int | None] = [None] * n
     cached_tokens: list[int | None] = [None] * n  # usage.prompt_tokens_details.cached_tokens (None: not reported)
+    ttft: list[float | None] = [None] * n  # streamed requests: time to the first content, model seconds
     timeout = aiohttp.ClientTimeout(total=float(spec.get("timeout_s", 120.0)) / speedup)
     headers = {"content-type": "application/json"}
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -60,18 +93,19 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
             start = loop.time()
             try:
                 async with session.post(url, data=bodies[i], headers=headers) as r:
-                    payload = await r.read()
+                    if r.status != 200:
+                        await r.read()
+                        status[i] = r.status
+                        return
+                    streamed = r.headers.get("content-type", "").startswith("text/event-stream")
+                    text[i], usage, first = await (_read_stream(r, loop, start) if streamed else _read_whole(r))
                     status[i] = r.status
-                    if r.status == 200:
-                        latency[i] = (loop.time() - start) * speedup
-                        tier[i] = r.headers.get("x-boute-tier")
-                        reason[i] = r.headers.get(REASON)
-                        answer = json.loads(payload)
-                        msg = answer["choices"][0]
-                        text[i] = (msg.get("message") or {}).get("content", msg.get("text"))
-                        usage = answer.get("usage") or {}
-                        prompt_tokens[i] = usage.get("prompt_tokens")
-                        cached_tokens[i] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+                    latency[i] = (loop.time() - start) * speedup
+                    ttft[i] = None if first is None else first * speedup
+                    tier[i] = r.headers.get("x-boute-tier")
+                    reason[i] = r.headers.get(REASON)
+                    prompt_tokens[i] = usage.get("prompt_tokens")
+                    cached_tokens[i] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
             except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
                 status[i] = status[i] if status[i] not in (0, 200) else 0
 
@@ -85,6 +119,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "text": text,
         "prompt_tokens": prompt_tokens,
         "cached_tokens": cached_tokens,
+        "ttft_s": ttft,
         "wall_s": wall,
         "cpu_s": _cpu_s() - cpu0,
         "t0_epoch": t0_epoch,

@@ -58,6 +58,7 @@ def build_requests(
     seed: int = 0,
     max_tokens: int | None = None,
     assign: Callable[[np.ndarray], np.ndarray] | None = None,
+    stream_share: float = 0.0,
 ) -> Requests:
     """The stream the simulator judged the plan on (:func:`boute.workload.replay_workload`: the scenario's
     arrivals, each carrying a held-out profile prompt, drawn with replacement in the scenario's mix).
@@ -73,7 +74,9 @@ def build_requests(
     Where the workload's prompts share prefixes (``workload.prefixes``), each request carries them as the
     simulator counted them (:func:`prefixed_messages`); ``assign`` (profile rows -> the tier that answers
     each, the plan's routing as the simulator applied it) says whose answer a conversation's next turn
-    repeats."""
+    repeats. ``stream_share``: that share of the requests (drawn with ``seed``) ask for a streamed answer, so the replay
+    measures time to first token on them; a sample, because every streamed token is an event the gateway and
+    the replicas spend CPU on, which on a small machine would slow the very latencies being measured."""
     from boute.workload import replay_workload
     from boute.workload.profiles import profile_lengths
 
@@ -96,10 +99,13 @@ def build_requests(
         if w.prefixes is not None
         else [replay_messages(profile, int(r)) for r in rows]
     )
+    streamed = np.random.default_rng([seed, 7]).random(len(rows)) < stream_share
     bodies = []
     capped = 0
-    for r, messages in zip(rows, chats, strict=True):
+    for r, messages, stream in zip(rows, chats, streamed, strict=True):
         body: dict[str, Any] = {"model": "boute", "messages": messages}
+        if stream:  # the usage chunk carries the prompt and cached tokens
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
         if out_len is not None:
             body["max_tokens"] = int(out_len[r])
         capped += cap_max_tokens(body, max_tokens)
@@ -210,6 +216,9 @@ class Measured:
     generator_cpu_share: float  # the load generator's CPU seconds per wall second (1.0 = one core busy)
     #: share of the answered requests' prompt tokens the replicas reported cached (None: none reported)
     cached_token_share: float | None = None
+    #: time to first token of the streamed answers, P50 and P95 (None: the replay did not stream)
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
 
 
 def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, columns: dict[str, str]) -> Measured:
@@ -217,6 +226,7 @@ def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, 
     status = np.asarray(results["status"])
     ok = status == 200
     lat = np.asarray(results["latency_s"], dtype=float)[ok]
+    ttft = np.asarray([t for t, good in zip(results.get("ttft_s") or [], ok, strict=False) if good and t is not None])
     tiers = [t for t, good in zip(results["tier"], ok, strict=True) if good]
     shares = {t: tiers.count(t) / max(1, len(tiers)) for t in sorted(set(tiers), key=str)}
     scores: list[float] = []
@@ -244,6 +254,8 @@ def measure(results: dict[str, Any], rows: np.ndarray, profile: QualityProfile, 
         answers_match_profile=matched / counted if counted else None,
         generator_cpu_share=float(results["cpu_s"]) / max(1e-9, float(results["wall_s"])),
         cached_token_share=cached_share(results, ok),
+        ttft_p50_s=quantile(ttft, 0.50) if ttft.size else None,
+        ttft_p95_s=quantile(ttft, 0.95) if ttft.size else None,
     )
 
 
@@ -308,14 +320,22 @@ def _cascade_checks(tiers: list[str], promised: list[float], shares: dict[str, f
 
 def _cache_checks(pred: Prediction | None, m: Measured, tol: Tolerances) -> list[Check]:
     """The promised share of prompt tokens served from prefix caches against the replicas' reports: judged
-    where both exist, reported where only the measurement does (a plan of traffic without shared prefixes)."""
+    where both exist, reported where only the measurement does (a plan of traffic without shared prefixes);
+    and time to first token, reported beside the promise (the simulator's), where the replay streamed."""
+    out: list[Check] = []
+    for name, promised, got in (
+        ("TTFT P50 (s)", pred.ttft_p50_s if pred else None, m.ttft_p50_s),
+        ("TTFT P95 (s)", pred.ttft_p95_s if pred else None, m.ttft_p95_s),
+    ):
+        if got is not None:
+            out.append(Check(name, promised, got, "reported", True))
     if m.cached_token_share is None:
-        return []
+        return out
     promised = pred.cached_token_share if pred is not None else None
     if promised is None:
-        return [Check("cached token share", None, m.cached_token_share, "reported", True)]
+        return [*out, Check("cached token share", None, m.cached_token_share, "reported", True)]
     ok = abs(m.cached_token_share - promised) <= tol.cached_share + 1e-12
-    return [Check("cached token share", promised, m.cached_token_share, f"+-{tol.cached_share:g}", ok)]
+    return [*out, Check("cached token share", promised, m.cached_token_share, f"+-{tol.cached_share:g}", ok)]
 
 
 def compare(plan: Plan, m: Measured, tol: Tolerances = Tolerances(), *, capped_at: int | None = None) -> Verdict:

@@ -206,6 +206,8 @@ class Prediction(_Frozen):
     cached_token_share: float | None = Field(
         None, description="share of prompt tokens served from the replicas' prefix caches (simulated)"
     )
+    ttft_p50_s: float | None = Field(None, description="time to first token, median (simulated)")
+    ttft_p95_s: float | None = Field(None, description="time to first token, 95th percentile (simulated)")
 
 
 class RequestLengths(_Frozen):

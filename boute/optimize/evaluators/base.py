@@ -62,6 +62,9 @@ class EvalDetail:
     # sim: share of the completed requests' prompt tokens served from the replicas' prefix caches (None: the
     # workload's prompts share no prefixes)
     cached_token_share: float | None = None
+    # sim: time to first token, P50 and P95
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
     # live: failed requests, the standard error of the sampled quality, the share of answers that were the
     # answering tier's recorded ones, the time compression, and the deploy and replay wall times
     failed: int | None = None
@@ -198,6 +201,12 @@ class Evaluator(Protocol):
 def finite_p95(p95: float) -> float:
     """``p95`` capped at :data:`OVERLOAD_P95_S` (an infinite P95, an overloaded plan's, becomes that figure)."""
     return OVERLOAD_P95_S if not math.isfinite(p95) else float(min(p95, OVERLOAD_P95_S))
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x`` where it is a number, None where it is not (an overloaded plan's unfinished requests make its
+    percentiles infinite, which a JSON record cannot hold)."""
+    return float(x) if math.isfinite(x) else None
 
 
 def candidate_plan(

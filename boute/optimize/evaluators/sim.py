@@ -26,6 +26,7 @@ from boute.optimize.evaluators.base import (
     EvalDetail,
     EvalResult,
     candidate_plan,
+    finite_or_none,
     finite_p95,
     floats,
     judge_delay_of,
@@ -104,6 +105,8 @@ class SimEvaluator:
                 requests=int(summary.get("requests", sent)),
                 slo_attainment=float(summary.get("slo_attainment", math.nan)),
                 cached_token_share=summary.get("cached_token_share"),
+                ttft_p50_s=finite_or_none(summary["p50_ttft_s"]),
+                ttft_p95_s=finite_or_none(summary["p95_ttft_s"]),
             ),
         )
 
