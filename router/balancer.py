@@ -51,9 +51,10 @@ def affinity_in_force(plan: Plan | None, override: bool | None) -> Affinity | No
     ``override`` (``BOUTE_AFFINITY``, ``--affinity``/``--no-affinity``) where set, else the plan's section's
     ``enabled`` (no section: off, so a plan without one is balanced exactly as before). The figures: the plan's
     section, else :class:`~boute.specs.plan.Affinity`'s defaults."""
+    if override is None:
+        return plan.affinity_in_force() if plan is not None else None
     section = plan.affinity if plan is not None else None
-    on = override if override is not None else (section is not None and section.enabled)
-    if not on:
+    if not override:
         return None
     return section if section is not None else Affinity()
 

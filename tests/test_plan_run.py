@@ -163,3 +163,31 @@ def test_a_rollout_that_fails_is_a_typed_error_and_one_that_succeeds_goes_live(
     assert got.status == "deployed" and got.error is None and got.run is not None
     assert pilot.plan == open_plan(got.run.path)  # the loop now judges against the plan that went live
     assert pilot.warm_from == [got.record["experiment"]]
+
+
+def test_a_rollout_keeps_the_running_plans_affinity(made: tuple[PlanRun, str], tmp_path: Path) -> None:
+    """A user turned prefix affinity on in the running plan (figures of their own): the plan a re-plan writes
+    and rolls out carries the same section, so the gateway keeps balancing by it after the rollout."""
+    from boute.specs.plan import Affinity
+
+    run, db = made
+    d = tmp_path / "deploy"
+    d.mkdir()
+    mine = Affinity(block_chars=128, min_match=0.5)
+    copy_plan(run.path, run.plan.model_copy(update={"affinity": mine}), d / DESIRED)
+    (d / "config.json").write_text((run.path.parent / "config.json").read_text())
+    published: list[Path] = []
+
+    def deploy(plan: Path) -> None:  # the controller: the new plan file becomes the desired one
+        published.append(plan)
+        copy_plan(plan, open_plan(plan), d / DESIRED)
+
+    pilot = _pilot(d, db, dry_run=False, roll_out=deploy)
+    assert pilot.plan.affinity == mine
+    now = time.time()
+    rate = 2.0 * pilot.detector.promise.rate_rps
+    got = pilot.replan(_window(pilot, rate), [Trigger("rate_high", now, {"ratio": 2.0})], now, rate_rps=rate)
+    assert got.status == "deployed" and got.run is not None, got.record.get("detail")
+    assert published == [got.run.path] and open_plan(got.run.path).affinity == mine  # the file rolled out
+    assert got.run.plan.affinity == mine and got.record["new_plan"]["affinity"] == mine.model_dump(mode="json")
+    assert open_plan(d / DESIRED).affinity == mine and pilot.plan.affinity == mine

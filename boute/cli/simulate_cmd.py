@@ -93,3 +93,7 @@ def register(app: typer.Typer) -> None:
             if v is None:  # cached_token_share: the workload's prompts share no prefixes
                 continue
             typer.echo(f"{k:>16}: {v:.4g}" if isinstance(v, float) else f"{k:>16}: {v}")
+        if summary["affinity_routed"] is not None:  # the plan balances by prefix affinity: why requests went where
+            typer.echo(
+                f"{'affinity_routed':>16}: " + ", ".join(f"{k} {v}" for k, v in summary["affinity_routed"].items())
+            )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from boute.optimize.trial_store import TrialStore
     from boute.optimize.trials import Trial
     from boute.specs import Plan, Scenario
+    from boute.specs.plan import Affinity
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ class PlanRequest:
     ``p95_cap`` override its targets, ``quality_confidence`` holds the floor on the lower bound at that
     level, ``judge`` the cascade's judge (verifier | llm) and ``router`` the pre-router (ladder | multi),
     ``calibration`` its calibration file. ``db``: the tracking DB; ``plot``: the front plot to write;
-    ``redis_url``: the live evaluator's replica registry.
+    ``redis_url``: the live evaluator's replica registry. ``affinity``: the cache-aware balancing section the
+    plan is written with (None: none, least load), as the plan it replaces had it (the re-plan loop); the
+    search and its confirmation still judge plans by least load (the evaluators take no affinity yet).
     """
 
     out: Path
@@ -69,6 +72,7 @@ class PlanRequest:
     plot: Path | None = None
     redis_url: str = DEFAULT_REDIS_URL
     search: SearchSettings = field(default_factory=SearchSettings)
+    affinity: Affinity | None = None
 
     def __post_init__(self) -> None:
         self.check()
@@ -310,6 +314,8 @@ def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator) ->
     verifier = verifier_of(quality_model) if mode == "cascade" else None
     judge_model = llm_judge_of(quality_model) if mode == "cascade" else None
     plan = build_plan(sc, res, mode, router, verifier, judge_model, scorer_of(quality_model))
+    if req.affinity is not None:  # the balancing the request asks the plan to carry (PlanRequest)
+        plan = plan.model_copy(update={"affinity": req.affinity})
     if plan.routing.mode == "cascade" and plan.routing.judge is None:
         raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
     # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)

@@ -210,7 +210,14 @@ class Autopilot:
             seed_experiment(store, obs, warm, search)
         finally:
             store.close()
-        req = PlanRequest(out=self.dir / f"replan-{n}" / "plan.json", scenario=str(obs_file), db=self.db, search=search)
+        # the new plan keeps the running one's balancing: a user who turned prefix affinity on keeps it on
+        req = PlanRequest(
+            out=self.dir / f"replan-{n}" / "plan.json",
+            scenario=str(obs_file),
+            db=self.db,
+            search=search,
+            affinity=self.plan.affinity,
+        )
         record: dict[str, Any] = {
             "deployment": str(self.dir),
             "triggers": [{"kind": t.kind, "at": t.at, "evidence": json_safe(t.evidence)} for t in fired],

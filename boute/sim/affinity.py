@@ -41,6 +41,17 @@ and :meth:`AffinityIndex.forget` moves the generation on.
 
 Whichever rule chose, the chosen replica is recorded for all the prompt's keys.
 
+**In the simulator** (:mod:`boute.sim.balance`), prompts are paths of token segments
+(:mod:`boute.workload.prefixes`), not text, so :func:`path_keys` derives the keys the gateway would see: blocks
+of ``B = block_chars / CHARS_PER_TOKEN`` tokens (:func:`block_tokens`), block ``i`` named by where it ends,
+``(segment key, offset)``: the key of the segment holding the block's last token and the tokens into it. A
+segment's key names its whole path from the root (a node id; an answer's ``(node, tier)``: equal keys, equal
+content, :class:`boute.workload.prefixes.Paths`), so that pair names every token before it as the chained
+hash names every character before it: two prompts share their first ``d`` keys exactly when they share their
+first ``min(d B, length)`` tokens, as two texts share their first ``d`` keys exactly when they share their
+first ``d`` blocks. A prompt's last, short block ends inside its own segment, so a longer prompt through it
+(a conversation's next turn) matches only its full blocks, as with text.
+
 **Cost.** Hashing is ~0.7 us per block (BLAKE2b), matching and recording ~0.3 us per block over a fixed
 ~7 us for the choice among the replicas. Rendering, keys and the pick together (``python -m bench affinity``:
 8 replicas, a warm index, a 2-core host at load ~3): ~12 us for a 500-character chat, ~20 us for 2,000
@@ -56,7 +67,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from boute.perf.prefix_cache import chained_keys
+from boute.perf.prefix_cache import Segment, chained_keys
 from boute.specs.plan import Affinity
 
 #: why a request went to its replica: by its prefix, a new prefix's rendezvous choice, or least load because
@@ -69,6 +80,12 @@ PER_KEY = 4
 #: separators of :func:`render_messages` (ASCII unit / record separators: never typed in a prompt)
 _AFTER_ROLE, _AFTER_MESSAGE = "\x1f", "\x1e"
 _TWO_64 = float(1 << 64)
+#: characters per prompt token, to cut the simulator's token segments into the gateway's character blocks:
+#: the token counter the workloads are measured with (WordPiece, :mod:`boute.workload.tokens`) lands near 1.3
+#: tokens per English word of ~4.5 letters and a space, i.e. ~4.2 characters per token; 4 is the figure the
+#: emulated backend writes its text at (``backends.emulated.profile.CHARS_PER_TOKEN``), so the default 256
+#: character block is 64 tokens in both
+CHARS_PER_TOKEN = 4
 
 
 def render_messages(messages: Iterable[tuple[str, str]], limit: int) -> str:
@@ -105,6 +122,31 @@ def prompt_keys(text: str, settings: Affinity) -> PromptKeys:
     b = settings.block_chars
     head = text[: b * settings.max_blocks]
     return PromptKeys(chained_keys(head[i : i + b] for i in range(0, len(head), b)), len(head))
+
+
+def block_tokens(settings: Affinity) -> int:
+    """Tokens per hashed block in the simulator: ``block_chars / CHARS_PER_TOKEN``, rounded, at least 1."""
+    return max(1, round(settings.block_chars / CHARS_PER_TOKEN))
+
+
+def path_keys(path: Sequence[Segment], settings: Affinity) -> PromptKeys:
+    """The keys of a prompt given as its segment path (module docstring, *In the simulator*): one per block of
+    :func:`block_tokens` tokens over the first ``max_blocks`` blocks, the last possibly short; ``chars`` in the
+    index's units, ``block_chars`` per full block (``block_chars / B`` per token), so the ``min_match`` share
+    is the share of hashed tokens matched."""
+    b = block_tokens(settings)
+    head = min(sum(t for _, t in path), b * settings.max_blocks)
+    keys: list[bytes] = []
+    segments = iter(path)
+    node: object = None  # the key of the segment in hand, which covers tokens [start, stop)
+    start = stop = 0
+    for end in range(b, head + b, b):
+        end = min(end, head)
+        while stop < end:
+            node, tokens = next(segments)
+            start, stop = stop, stop + tokens
+        keys.append(repr((node, end - start)).encode())  # segment keys are ints or tuples of ints: repr is exact
+    return PromptKeys(keys, round(head * settings.block_chars / b))
 
 
 def overloaded(load: float, least: float, settings: Affinity) -> bool:

@@ -5,7 +5,8 @@ One global loop takes, in time order, (a) the next iteration boundary any replic
 judge delay). Replica events come first on ties, so a completion frees its KV before an arrival at the
 same instant is placed. Arrivals go to a replica of their tier by capacity-aware least-outstanding
 balancing: argmin over replicas of (outstanding + 1) / capacity, capacity from the perf model under the
-workload's request lengths (:func:`boute.sim.capacity.replica_weights`, the rule the gateway follows too).
+workload's request lengths (:func:`boute.sim.capacity.replica_weights`, the rule the gateway follows too);
+when the plan's affinity section is in force, by the gateway's cache-aware rule (:mod:`boute.sim.balance`).
 
 :func:`simulate` checks the route, builds the replicas (:func:`build_replicas`) and hands them to a
 :class:`Scheduler`, whose loop is a few named steps in the manner of SGLang's scheduler: ``admit`` a request
@@ -26,6 +27,7 @@ import numpy as np
 from boute.errors import BouteError, InfeasibleError
 from boute.perf import replica_perf, scenario_catalog
 from boute.perf.prefix_cache import PrefixCache
+from boute.sim.balance import AffinityBalancer, least_loaded
 from boute.sim.capacity import Lengths, replica_weights
 from boute.sim.replica import DECODE, IDLE, SimReplica
 from boute.sim.result import SimResult
@@ -143,6 +145,7 @@ class Scheduler:
         "events",
         "hops",
         "seq",
+        "balancer",
     )
 
     def __init__(
@@ -155,7 +158,9 @@ class Scheduler:
         cascade: bool,
         last: int,
         judge_delay_s: float,
+        balancer: AffinityBalancer | None = None,
     ) -> None:
+        """``balancer``: the affinity rule placing requests within a tier (None: least load)."""
         n = len(workload.arrival_s)
         self.replicas = replicas
         self.by_tier = by_tier
@@ -179,6 +184,7 @@ class Scheduler:
         self.events: list[tuple[float, int, int, int]] = []
         self.hops: list[tuple[float, int, int]] = []
         self.seq = itertools.count(1)
+        self.balancer = balancer
 
     def push(self, r: SimReplica) -> None:
         """Put the replica's planned iteration boundary on the event heap (nothing when it is idle)."""
@@ -187,20 +193,15 @@ class Scheduler:
 
     def admit(self, rid: int, t: float) -> None:
         """Request ``rid`` reaches its current tier at ``t``: onto the replica with the least (outstanding + 1)
-        / weight, or rejected when its prompt + answer exceed that replica's KV. An idle replica starts on
-        it at once; a decoding one cuts its jump at the next step boundary when it can take it now."""
+        / weight (or the affinity rule's, :attr:`balancer`), or rejected when its prompt + answer exceed that
+        replica's KV. An idle replica starts on it at once; a decoding one cuts its jump at the next step
+        boundary when it can take it now."""
         tier = self.cur_tier[rid]
         pool = self.by_tier[tier]
         out = self.out
         if self.per_tier is not None:
             out[rid] = self.per_tier[rid][tier]
-        best = pool[0]
-        if len(pool) > 1:
-            best_v = (best.outstanding + 1) / best.weight
-            for r in pool[1:]:
-                v = (r.outstanding + 1) / r.weight
-                if v < best_v:
-                    best, best_v = r, v
+        best = least_loaded(pool) if self.balancer is None else self.balancer.pick(rid, tier, pool)
         inp = self.inp
         need = inp[rid] + out[rid]
         if need > best.timing.kv_capacity:
@@ -299,6 +300,9 @@ def simulate(
     tiers 0..route[i] in turn, each a full generation, and every tier but the last then waits
     ``judge_delay_s`` for the judge: before escalating, and before an accepted answer is returned). Each
     tier generates its own answer length where the workload has them (``Workload.tier_output_tokens``).
+    Within a tier, requests are balanced by least load, or by the gateway's cache-aware rule where the plan's
+    ``affinity`` section is in force (:mod:`boute.sim.balance`; ``SimResult.affinity_reason`` says why each
+    request went where it did).
     """
     wall0 = time.perf_counter()
     check_plan_hardware(plan, scenario_catalog(scenario), "plan")
@@ -308,6 +312,8 @@ def simulate(
     replicas, by_tier = build_replicas(plan, timings, weights)
     check_served(plan, route, by_tier)
     cached = with_prefix_caches(replicas, workload, route)
+    affinity = plan.affinity_in_force()
+    balancer = AffinityBalancer(affinity, by_tier, workload, route) if affinity is not None else None
     loop = Scheduler(
         replicas,
         by_tier,
@@ -316,6 +322,7 @@ def simulate(
         cascade=plan.routing.mode == "cascade",
         last=len(plan.routing.tiers) - 1,
         judge_delay_s=judge_delay_s,
+        balancer=balancer,
     )
     horizon = float(workload.duration_s)
     capped = loop.run(max_sim_time_s if max_sim_time_s is not None else 10.0 * horizon + 600.0)
@@ -385,4 +392,5 @@ def _result(
         sim_end_s=max((r.now for r in replicas), default=0.0),
         wall_s=time.perf_counter() - wall0,
         timing_error=max((tm.max_rel_error for tm in timings), default=0.0),
+        affinity_reason=None if loop.balancer is None else loop.balancer.reason,
     )

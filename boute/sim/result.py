@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from boute.sim.affinity import REASONS
 from boute.stats import quantile as _quantile  # unfinished requests (inf) count as the slowest
 
 
@@ -42,6 +43,17 @@ class SimResult:
     cached_tokens: np.ndarray | None = None
     #: prompt tokens of each request, beside ``cached_tokens``
     prompt_tokens: np.ndarray | None = None
+    #: per request, why the affinity rule placed it where it went at its last tier: a position in
+    #: :data:`boute.sim.affinity.REASONS`, -1 never placed (None: the plan balances by least load only)
+    affinity_reason: np.ndarray | None = None
+
+    @property
+    def affinity_routed(self) -> dict[str, int] | None:
+        """How many requests each reason of the affinity rule placed (None: least load only)."""
+        if self.affinity_reason is None:
+            return None
+        got = np.bincount(self.affinity_reason[self.affinity_reason >= 0], minlength=len(REASONS))
+        return {name: int(got[i]) for i, name in enumerate(REASONS)}
 
     @property
     def cached_share(self) -> float | None:
@@ -87,6 +99,7 @@ class SimResult:
             "p50_ttft_s": _quantile(np.where(done, self.ttft_s, np.inf), 0.50),
             "p95_ttft_s": _quantile(np.where(done, self.ttft_s, np.inf), 0.95),
             "cached_token_share": self.cached_share,
+            "affinity_routed": self.affinity_routed,
             "mean_tpot_s": float(self.tpot_s[done].mean()) if done.any() else float("nan"),
             "throughput_rps": in_window / (t1 - t0) if t1 > t0 else float("nan"),
             "offered_rps": float(n / self.duration_s) if self.duration_s > 0 else float("nan"),

@@ -318,6 +318,12 @@ class Plan(_Frozen):
         None, description="cache-aware (prefix-affinity) balancing within a tier; absent: least load only"
     )
 
+    def affinity_in_force(self) -> Affinity | None:
+        """The balancing the plan itself asks for: its ``affinity`` section when present and enabled, else None
+        (least load only). The simulator balances by it; the gateway too, unless its own switch overrides it
+        (``router.balancer.affinity_in_force``)."""
+        return self.affinity if self.affinity is not None and self.affinity.enabled else None
+
     @model_validator(mode="after")
     def _check(self) -> Plan:
         deployed = {g.tier for g in self.deployment}
