@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from boute.serving import BackendSpec
-from boute.specs.plan import Affinity, Plan
+from boute.specs.balancing import Affinity
+from boute.specs.plan import Plan
 from router.config import Settings
 
 if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's imports

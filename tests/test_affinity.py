@@ -22,7 +22,8 @@ from boute.sim.affinity import (
     render_messages,
     rendezvous,
 )
-from boute.specs.plan import Affinity, Plan
+from boute.specs.balancing import Affinity
+from boute.specs.plan import Plan
 from tests.stack import TEST_PLAN
 
 S = Affinity(block_chars=16, max_blocks=8)
@@ -40,7 +41,7 @@ def test_keys_are_chained_bounded_and_the_same_in_another_process() -> None:
     huge = prompt_keys("x" * 10_000, S)
     assert len(huge.keys) == S.max_blocks and huge.chars == S.block_chars * S.max_blocks
     assert prompt_keys("", S).keys == []
-    code = "from boute.sim.affinity import prompt_keys; from boute.specs.plan import Affinity; "
+    code = "from boute.sim.affinity import prompt_keys; from boute.specs.balancing import Affinity; "
     code += "print(prompt_keys('s' * 40 + 'question one', Affinity(block_chars=16, max_blocks=8)).keys[-1].hex())"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert other.stdout.strip() == a.keys[-1].hex()  # independent gateways compute the same keys

@@ -168,7 +168,7 @@ def test_a_rollout_that_fails_is_a_typed_error_and_one_that_succeeds_goes_live(
 def test_a_rollout_keeps_the_running_plans_affinity(made: tuple[PlanRun, str], tmp_path: Path) -> None:
     """A user turned prefix affinity on in the running plan (figures of their own): the plan a re-plan writes
     and rolls out carries the same section, so the gateway keeps balancing by it after the rollout."""
-    from boute.specs.plan import Affinity
+    from boute.specs.balancing import Affinity
 
     run, db = made
     d = tmp_path / "deploy"

@@ -16,7 +16,8 @@ import pytest
 
 from boute.serving import BackendSpec
 from boute.sim.affinity import AFFINITY, NEW_PREFIX, PromptKeys, prompt_keys, render_messages, rendezvous
-from boute.specs.plan import Affinity, Plan
+from boute.specs.balancing import Affinity
+from boute.specs.plan import Plan
 from router.balancer import Balancer
 from router.config import Settings
 from tests.closed_loop import ClosedLoop

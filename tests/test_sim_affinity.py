@@ -16,8 +16,8 @@ from boute.sim.affinity import IMBALANCE, NEW_PREFIX, REASONS, SHORT_MATCH, Affi
 from boute.sim.balance import AffinityBalancer
 from boute.sim.replica import SimReplica
 from boute.specs import Plan
+from boute.specs.balancing import Affinity
 from boute.specs.io import validate
-from boute.specs.plan import Affinity
 from boute.specs.scenario import Scenario
 from boute.workload import Workload, build_workload
 

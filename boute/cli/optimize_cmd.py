@@ -82,6 +82,12 @@ ROUTER = typer.Option(
     help="pre-route: 'ladder' (a difficulty score cut by thresholds) or 'multi' (each tier's predicted "
     "correctness, priced to the load fractions) (default: the scenario's quality.router_kind)",
 )
+AFFINITY = typer.Option(
+    None,
+    "--affinity/--no-affinity",
+    help="judge plans under prefix-affinity balancing (the gateway's cache-aware rule, default settings), or "
+    "under least load, and write it into the plan (default: the scenario's balancing)",
+)
 PLOT = typer.Option(None, "--plot", help="write a Pareto plot (PNG)")
 QUIET = typer.Option(False, "--quiet", "-q", help="no progress bar")
 CALIBRATION = typer.Option(
@@ -120,6 +126,7 @@ def optimize_cmd(
     mode: str = MODE,
     judge: str | None = JUDGE,
     router: str | None = ROUTER,
+    affinity: bool | None = AFFINITY,
     seed: int = SEED,
     db: str | None = TRACKING_DB,
     experiment: str | None = EXPERIMENT,
@@ -137,6 +144,7 @@ def optimize_cmd(
     meeting the quality floor and the P95 cap within the budget."""
     from boute.optimize.plan_run import PlanRequest
     from boute.optimize.settings import SearchSettings
+    from boute.specs.balancing import Affinity
 
     # a bad option is one line before the optimiser's imports: the request checks itself when it is made
     search = SearchSettings(
@@ -173,6 +181,7 @@ def optimize_cmd(
         plot=plot,
         redis_url=redis,
         search=search,
+        affinity=None if affinity is None else Affinity(enabled=affinity),
     )
     run = _run(req, quiet)
     if report is not None:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from boute.optimize.trial_store import TrialStore
     from boute.optimize.trials import Trial
     from boute.specs import Plan, Scenario
-    from boute.specs.plan import Affinity
+    from boute.specs.balancing import Affinity
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,10 @@ class PlanRequest:
     ``p95_cap`` override its targets, ``quality_confidence`` holds the floor on the lower bound at that
     level, ``judge`` the cascade's judge (verifier | llm) and ``router`` the pre-router (ladder | multi),
     ``calibration`` its calibration file. ``db``: the tracking DB; ``plot``: the front plot to write;
-    ``redis_url``: the live evaluator's replica registry. ``affinity``: the cache-aware balancing section the
-    plan is written with (None: none, least load), as the plan it replaces had it (the re-plan loop); the
-    search and its confirmation still judge plans by least load (the evaluators take no affinity yet).
+    ``redis_url``: the live evaluator's replica registry. ``affinity``: the cache-aware balancing the plan's
+    gateway applies, in place of the scenario's ``balancing.affinity`` (``enabled: false``: least load; None:
+    the scenario's); the search judges plans under it and the plan carries it (the re-plan loop passes the
+    running plan's).
     """
 
     out: Path
@@ -95,12 +96,13 @@ class PlanRequest:
     def load_scenario(self) -> Scenario:
         """The scenario with this request's overrides (targets, calibration) applied."""
         from boute.specs import load_scenario
-        from boute.specs.scenario import with_judge, with_quality_confidence, with_router_kind
+        from boute.specs.scenario import with_affinity, with_judge, with_quality_confidence, with_router_kind
 
         sc = with_targets(load_scenario(self.scenario), self.budget, self.quality_floor, self.p95_cap)
         sc = with_quality_confidence(sc, self.quality_confidence)
         sc = with_judge(sc, self.judge)
         sc = with_router_kind(sc, self.router)
+        sc = with_affinity(sc, self.affinity)
         if self.calibration is not None:
             from boute.perf import with_calibration
 
@@ -314,8 +316,6 @@ def _write(req: PlanRequest, sc: Scenario, res: Outcome, searcher: Evaluator) ->
     verifier = verifier_of(quality_model) if mode == "cascade" else None
     judge_model = llm_judge_of(quality_model) if mode == "cascade" else None
     plan = build_plan(sc, res, mode, router, verifier, judge_model, scorer_of(quality_model))
-    if req.affinity is not None:  # the balancing the request asks the plan to carry (PlanRequest)
-        plan = plan.model_copy(update={"affinity": req.affinity})
     if plan.routing.mode == "cascade" and plan.routing.judge is None:
         raise BouteError("the cascade's judge was not built: no judge can reproduce its thresholds")
     # self-contained: the router or verifier, the scenario and its files travel with the plan (a bundle)

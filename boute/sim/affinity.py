@@ -68,7 +68,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from boute.perf.prefix_cache import Segment, chained_keys
-from boute.specs.plan import Affinity
+from boute.specs.balancing import Affinity
 
 #: why a request went to its replica: by its prefix, a new prefix's rendezvous choice, or least load because
 #: the tier was imbalanced or the match too short (the gateway's ``boute_affinity_routed{reason}``)

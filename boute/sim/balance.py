@@ -25,7 +25,7 @@ import numpy as np
 
 from boute.sim.affinity import REASONS, AffinityIndex, PromptKeys, path_keys
 from boute.sim.replica import SimReplica
-from boute.specs.plan import Affinity
+from boute.specs.balancing import Affinity
 from boute.workload import Workload
 
 #: ``AffinityBalancer.reason`` of a request the rule never placed

@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from boute.catalog import Catalog
 from boute.errors import SpecError
+from boute.specs.balancing import Affinity
 from boute.specs.io import dump_model, read_mapping, validate
 from boute.specs.scenario import Dtype
 from boute.specs.scorers import SCORER_RULES, scorer_name, scorer_spelling, spelled
@@ -230,49 +231,6 @@ class Balance(_Frozen):
 
     lengths: RequestLengths = Field(description="the plan's workload's request lengths the capacities are for")
     capacity_rps: list[PositiveFloat] = Field(description="one replica's capacity in each deployment group, in order")
-
-
-class Affinity(_Frozen):
-    """Cache-aware balancing within a tier (:mod:`boute.sim.affinity` states the rule and its math).
-
-    SGLang replicas keep a radix cache of the prompts they served, so a request whose prompt shares a long
-    prefix with an earlier one (a shared system prompt, a conversation's earlier turns) is cheaper on the
-    replica that served it. With affinity on, a request goes to the replica whose recent prompts share the
-    longest prefix with its own, unless the tier's load is imbalanced beyond both thresholds (absolute AND
-    relative, as sglang-router's ``balance_abs_threshold`` / ``balance_rel_threshold``) or the match is short;
-    then the least-load rule of :class:`Balance` decides. Absent from a plan: off (least load only).
-
-    Defaults, and why: ``min_match`` 0.3 and ``balance_rel`` 1.5 are sglang-router's (``cache_threshold``,
-    ``balance_rel_threshold``); ``balance_abs`` is half its 64, because a gateway process counts only its own
-    outstanding requests (several workers or gateways each see a share of a replica's load). ``block_chars``
-    256 (~64 tokens) x ``max_blocks`` 32 hashes at most 8,192 characters (~2k tokens) per request, which bounds
-    what affinity adds to a request at ~47 us however long its prompt (``python -m bench affinity``).
-    """
-
-    enabled: bool = Field(True, description="route by prefix affinity (false: keep the figures, balance by load)")
-    block_chars: int = Field(
-        256, ge=16, le=65536, description="characters of prompt text per hashed block (the match's granularity)"
-    )
-    max_blocks: int = Field(
-        32, ge=1, le=4096, description="leading blocks hashed per prompt: bounds the cost of a huge prompt"
-    )
-    min_match: float = Field(
-        0.3, ge=0.0, le=1.0, description="shortest match, as a share of the hashed prompt, routed by affinity"
-    )
-    balance_abs: float = Field(
-        32.0,
-        ge=0.0,
-        description="imbalance needs max - min outstanding requests per unit of capacity above this (and balance_rel)",
-    )
-    balance_rel: float = Field(
-        1.5,
-        ge=1.0,
-        description="imbalance needs max above this times min (and balance_abs); also the bounded-load factor for "
-        "a new prefix's replica",
-    )
-    index_blocks: int = Field(
-        65536, ge=16, le=1 << 24, description="prefix blocks remembered per tier (least recently used forgotten)"
-    )
 
 
 class Artifact(_Frozen):

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from boute.catalog import Catalog, GPUSpec, ModelSpec, builtin_catalog
+from boute.specs.balancing import Affinity
 from boute.specs.io import read_mapping, validate
 from boute.specs.targets import Targets
 
@@ -198,6 +199,14 @@ class TargetSection(_Frozen):
     )
 
 
+class Balancing(_Frozen):
+    """How the gateway shares a tier's load among its replicas, which the plans are judged under (the simulator
+    balances as the gateway will) and which each plan carries: capacity-weighted least load, and, with an
+    ``affinity`` section, prefix affinity bounded by load (:class:`boute.specs.balancing.Affinity`)."""
+
+    affinity: Affinity | None = Field(None, description="cache-aware balancing (absent: least load only)")
+
+
 class Scenario(_Frozen):
     """Everything the optimiser needs to know about one serving problem."""
 
@@ -208,6 +217,7 @@ class Scenario(_Frozen):
     quality: QualitySource = QualitySource()
     workload: Workload = Workload()
     targets: TargetSection = TargetSection()
+    balancing: Balancing = Balancing()
     gpus: list[GPUSpec] = Field(default_factory=list, description="extra GPU types (or overrides)")
     models: list[ModelSpec] = Field(default_factory=list, description="extra model architectures")
     calibration: str | None = Field(None, description="calibration file overriding efficiency factors")
@@ -301,6 +311,13 @@ def with_router_kind(scenario: Scenario, kind: str | None) -> Scenario:
         return scenario
     quality = QualitySource.model_validate({**scenario.quality.model_dump(), "router_kind": kind})
     return scenario.model_copy(update={"quality": quality})
+
+
+def with_affinity(scenario: Scenario, affinity: Affinity | None) -> Scenario:
+    """The scenario balanced by ``affinity`` (``Affinity(enabled=False)``: least load; None: as is)."""
+    if affinity is None:
+        return scenario
+    return scenario.model_copy(update={"balancing": Balancing(affinity=affinity)})
 
 
 def load_scenario(path: str | Path | None = None) -> Scenario:

@@ -246,7 +246,8 @@ def candidate_plan(
         verifier=verifier if judged and not llm else None,
         judge_model=judge_model if llm else None,
     )
-    return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment))
+    affinity = scenario.balancing.affinity  # the balancing the plan is judged under is the one it carries
+    return Plan(scenario=scenario.reference, routing=routing, deployment=list(cand.deployment), affinity=affinity)
 
 
 def router_of(model: QualityModel | None) -> str | None:
