@@ -60,7 +60,7 @@ def test_conversations_repeat_the_previous_turn_and_its_answer(base: Scenario, s
         prev = np.flatnonzero((p.conversation == p.conversation[i]) & (p.turn == p.turn[i] - 1))
         assert len(prev) == 1 and w.arrival_s[prev[0]] <= w.arrival_s[i]
         # turn k + 1 starts with turn k's prompt and its answer, as it was recorded
-        assert p.previous(int(i)) == prev[0]
+        assert p.prompt_node[p.previous(int(i))] == p.prompt_node[prev[0]]  # that turn, or the same text's first
         before = paths.full(int(prev[0]), 0, int(w.output_tokens[prev[0]]))
         assert paths.prompt(i)[: len(before)] == before
         assert before[-1][1] == w.output_tokens[prev[0]]
@@ -75,8 +75,13 @@ def test_a_workload_without_prefixes_is_drawn_as_before(base: Scenario) -> None:
     assert plain.prefixes is None
     np.testing.assert_array_equal(plain.arrival_s, with_sp.arrival_s)
     np.testing.assert_array_equal(plain.output_tokens, with_sp.output_tokens)
-    own = with_sp.prefixes.tokens[with_sp.prefixes.prompt_node]  # type: ignore[union-attr]
+    p = with_sp.prefixes
+    assert p is not None
+    own = p.tokens[p.prompt_node]
     np.testing.assert_array_equal(own, plain.input_tokens)  # the drawn prompt is the new text after the system prompt
+    # a profile prompt drawn again after the same system prompt is the same text: one node
+    pairs = {(int(p.parent[node]), int(r)) for node, r in zip(p.prompt_node, plain.prompt_index, strict=True)}
+    assert len(np.unique(p.prompt_node)) == len(pairs) < len(plain)
 
 
 @pytest.mark.parametrize("replicas", [1, 3])
@@ -90,10 +95,9 @@ def test_hits_skip_prefill_and_nothing_else_changes(base: Scenario, replicas: in
     assert blind.cached_tokens is None and blind.summary()["cached_token_share"] is None
     hits = cached.cached_tokens
     assert hits is not None
-    shared = w.input_tokens - w.prefixes.tokens[w.prefixes.prompt_node]  # type: ignore[union-attr]
-    assert np.all(hits <= shared) and np.all(hits <= w.input_tokens - 1)
+    assert np.all(hits <= w.input_tokens - 1)  # the last prompt token is always computed
     share = cached.summary()["cached_token_share"]
-    assert 0.5 < share <= float(shared.sum() / w.input_tokens.sum())
+    assert 0.5 < share <= 1.0 - w.prefixes.least_prefill() / w.input_tokens.mean()  # type: ignore[union-attr]
     assert cached.summary()["completed"] == blind.summary()["completed"] == len(w)
     assert cached.replica_busy_s.sum() < blind.replica_busy_s.sum()
     assert np.median(cached.ttft_s) < 0.7 * np.median(blind.ttft_s)
@@ -125,3 +129,37 @@ def test_a_bad_prefix_section_names_its_field(base: Scenario, prefixes: dict[str
     with pytest.raises(SpecError, match=field) as err:
         _scenario(base, prefixes)
     assert "scenario.yaml" in str(err.value) and "prefixes" in str(err.value)
+
+
+def test_an_earlier_answer_hits_only_on_a_replica_of_the_tier_that_gave_it(base: Scenario) -> None:
+    """Turn 2 repeats the answer its client got from turn 1's tier: served by that tier's replica it hits turn
+    1's prompt and answer; sent to the other tier, whose model answered nothing of it, it hits nothing."""
+    sc = _scenario(base, {"conversations": {"turns": 2, "think_s": 2.0}}, rate_rps=2)
+    w = build_workload(sc, duration_s=120)
+    p = w.prefixes
+    assert p is not None
+    plan = Plan.model_validate(
+        {
+            "routing": {"mode": "preroute", "tiers": ["small", "large"], "fractions": [0.5, 0.5], "scorer": "length"}
+            | {"reference": "builtin:gsm8k"},
+            "deployment": [{**SMALL, "count": 1}, {**SMALL, "tier": "large", "count": 1}],
+        }
+    )
+    second = p.turn == 2
+    same = np.zeros(len(w), dtype=np.int64)  # both turns on the small tier
+    crossed = np.where(second, 1, 0).astype(np.int64)  # turn 1 small, turn 2 large
+    hit_same = simulate(plan, sc, w, route=same).cached_tokens
+    hit_crossed = simulate(plan, sc, w, route=crossed).cached_tokens
+    assert hit_same is not None and hit_crossed is not None
+    history = w.input_tokens - p.tokens[p.prompt_node]
+    prev = np.asarray([p.previous(i) for i in range(len(w))])
+    # turn 1 finished before turn 2 arrived: its prompt and answer; only prefilled by then: its prompt
+    whole, prompt_only = hit_same == history, hit_same == np.where(prev >= 0, w.input_tokens[prev], -1)
+    assert np.all((whole | prompt_only)[second]) and whole[second].sum() > second.sum() // 2
+    # the large tier serves only turns 2: a history it has not served before (another conversation with the
+    # same first prompt has the same history text) hits nothing there
+    history_node = p.parent[p.prompt_node]
+    first_seen = np.zeros(len(w), dtype=bool)
+    first_seen[np.unique(np.where(second, history_node, -2), return_index=True)[1]] = True
+    assert (first_seen & second).sum() > second.sum() // 2
+    assert hit_crossed[first_seen & second].sum() == 0 and hit_crossed[~second].sum() == hit_same[~second].sum()

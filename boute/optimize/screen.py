@@ -135,9 +135,9 @@ class Screen:
         w = workload if workload is not None else build_workload(space.scenario)
         st = workload_stats(w)
         per_tier = tuple(t.mean_output for t in tier_workload_stats(w, None, len(space.scenario.tiers)))
-        # where prompts share prefixes, a replica's cache may hold all but each prompt's own segment: the
-        # bound prefills and reserves only that, so it stays an upper bound however well the cache does
-        mean_in = st.mean_input if w.prefixes is None else float(np.mean(w.prefixes.own_tokens()))
+        # where prompts share prefixes, the bound prefills and reserves only what no cache could have held
+        # (Prefixes.least_prefill), so it stays an upper bound however well the caches do
+        mean_in = st.mean_input if w.prefixes is None else w.prefixes.least_prefill()
         return cls(space, quality_model, mode, st.rate_rps, mean_in, st.mean_output, per_tier)
 
     # ---- quality ----------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def build_workload(
     inp, out, pidx, per_tier = _lengths(scenario, len(arrivals), trace_rows, rng_lengths, rows)
     prefixes = None
     if wl.prefixes is not None:  # the drawn prompt becomes each request's new text after what it shares
-        prefixes, inp = draw_prefixes(wl.prefixes, arrivals, inp, out, wl.lengths.max_input, rng_prefixes)
+        prefixes, inp = draw_prefixes(wl.prefixes, arrivals, inp, out, wl.lengths.max_input, rng_prefixes, pidx)
     return Workload(arrivals.astype(np.float64), inp, out, pidx, rate, duration, per_tier, prefixes)
 
 

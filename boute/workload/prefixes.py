@@ -17,6 +17,10 @@ The drawing rules (``workload.prefixes`` of a scenario, :class:`boute.specs.scen
 - **system prompts**: a conversation opens with system prompt k (of ``count``, lengths uniform in
   ``[min_tokens, max_tokens]``) with probability proportional to ``k ** -zipf``.
 
+Equal texts are one node: a profile prompt that recurs after the same segments (drawn again, as prompts
+are drawn with replacement), and the answer to one prompt node, so a recurring prompt hits a cache that
+holds it, as on real engines (MT-Bench's 48 held-out prompts recur dozens of times a minute).
+
 Prompt lengths grow accordingly: ``input_tokens`` becomes the whole path's tokens, so the simulator and the
 fast path charge a cache miss its full prefill.
 """
@@ -52,20 +56,27 @@ class Prefixes:
         return Paths(self, final_tier)
 
     def previous(self, request: int) -> int:
-        """The request whose prompt and answer this one's prompt repeats (the conversation's previous turn), or
-        -1 for a conversation's first."""
+        """A request whose prompt and answer this one's prompt repeats: the conversation's previous turn, or the
+        first request with the same text (equal texts are one node); -1 for a conversation's first turn."""
         parent = int(self.parent[int(self.prompt_node[request])])
         return int(self.answer_of[parent]) if parent >= 0 else -1
 
-    def own_tokens(self) -> np.ndarray:
-        """Each request's tokens that no other prompt holds (its own last segment): what it prefills at best."""
-        return self.tokens[self.prompt_node]
-
-    def shared_share(self, input_tokens: np.ndarray) -> float:
-        """Share of all prompt tokens that repeat an earlier segment (the most a cache could skip)."""
-        own = self.own_tokens()
-        total = float(np.sum(input_tokens))
-        return float(np.sum(input_tokens - own)) / total if total > 0 else 0.0
+    def least_prefill(self) -> float:
+        """The fewest prompt tokens per request any placement could prefill: every segment a prompt holds (not an
+        answer, which decoding put in the cache) must be prefilled once somewhere, and every request prefills
+        at least its last token, so the requests' total is at least ``max(n, sum of those segments)``. What
+        the capacity screen charges, so its bound holds however well the caches do."""
+        n = len(self.prompt_node)
+        if n == 0:
+            return 1.0
+        on_paths = np.zeros(len(self.parent), dtype=bool)
+        for node in np.unique(self.prompt_node):
+            node = int(node)
+            while node >= 0 and not on_paths[node]:
+                on_paths[node] = True
+                node = int(self.parent[node])
+        prompted = float(self.tokens[on_paths & (self.answer_of < 0)].sum())
+        return max(float(n), prompted) / n
 
 
 class Paths:
@@ -115,6 +126,7 @@ class _Tree:
         self.tokens: list[int] = []
         self.total: list[int] = []  # tokens from the root through the node
         self.answer_of: list[int] = []
+        self.named: dict[tuple[int, Hashable], int] = {}  # (parent, content) -> node: equal text, one node
 
     def add(self, parent: int, tokens: int, answer_of: int = -1) -> int:
         self.parent.append(parent)
@@ -122,6 +134,16 @@ class _Tree:
         self.answer_of.append(answer_of)
         self.total.append(tokens + (self.total[parent] if parent >= 0 else 0))
         return len(self.parent) - 1
+
+    def child(self, parent: int, content: Hashable | None, tokens: int, answer_of: int = -1) -> int:
+        """The node of ``content`` after ``parent``: the one already there, or a new one (``content`` None: a
+        text no other request has)."""
+        if content is None:
+            return self.add(parent, tokens, answer_of)
+        node = self.named.get((parent, content))
+        if node is None:
+            node = self.named[(parent, content)] = self.add(parent, tokens, answer_of)
+        return node
 
 
 def draw_prefixes(
@@ -131,9 +153,13 @@ def draw_prefixes(
     answer_tokens: np.ndarray,
     max_input: int,
     rng: np.random.Generator,
+    rows: np.ndarray | None = None,
 ) -> tuple[Prefixes, np.ndarray]:
     """The segment tree for requests arriving at ``arrival_s`` whose own new text is ``question_tokens`` long,
-    and each request's whole prompt length (module docstring for the rules)."""
+    and each request's whole prompt length (module docstring for the rules). ``rows[i]``: the profile row
+    whose prompt request i asks (-1 or None: a text of its own); equal rows after equal segments are one
+    node, as their texts are one text (what a replica's cache hits when a prompt recurs), and so is the
+    answer to one node (each tier answers a prompt with one recorded text; :class:`Paths` names the tier)."""
     n = len(arrival_s)
     tree = _Tree()
     roots = _system_prompts(spec, tree, rng)
@@ -154,7 +180,7 @@ def draw_prefixes(
         prev = -1
         if due and due[0][0] <= arrival_s[i]:
             _, c, prev = heapq.heappop(due)
-            answer = answer_node[prev] = tree.add(int(prompt_node[prev]), int(answer_tokens[prev]), prev)
+            answer = answer_node[prev] = tree.child(int(prompt_node[prev]), "answer", int(answer_tokens[prev]), prev)
             if tree.total[answer] + q > max_input:  # the context is full: this request opens a new conversation
                 answer_node[prev], prev = -1, -1
         if prev >= 0:
@@ -164,7 +190,8 @@ def draw_prefixes(
             conversation[i], conversations = conversations, conversations + 1
             parent = roots[int(opener[i])] if roots else -1
         room = max_input - (tree.total[parent] if parent >= 0 else 0)
-        prompt_node[i] = tree.add(parent, max(1, min(q, room)))
+        row = int(rows[i]) if rows is not None and rows[i] >= 0 else -1
+        prompt_node[i] = tree.child(parent, ("prompt", row) if row >= 0 else None, max(1, min(q, room)))
         if conv is not None and turn[i] < conv.turns:
             heapq.heappush(due, (float(arrival_s[i] + think[i]), int(conversation[i]), i))
     total = np.asarray(tree.total, dtype=np.int64)
