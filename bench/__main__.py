@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import platform
 import sys
@@ -32,6 +33,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         mod = importlib.import_module(f"bench.bench_{name}")
         t0 = time.perf_counter()
+        load_before = os.getloadavg()  # the cores are shared: a busy machine explains slow figures
         print(f"[bench] {name} ...", flush=True)
         result = mod.run(quick=quick)
         meta = {
@@ -41,6 +43,8 @@ def main(argv: list[str]) -> int:
             "quick": quick,
             "wall_s": round(time.perf_counter() - t0, 2),
             "command": "python -m bench " + " ".join(argv),
+            "load_avg_1_5_15_before": [round(x, 2) for x in load_before],
+            "load_avg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
         }
         out = RESULTS / f"{name}.json"
         out.write_text(json.dumps({"meta": meta, "results": result}, indent=2, default=float) + "\n")

@@ -26,7 +26,7 @@ from backends.deploy.desired import ReplicaKey
 from backends.deploy.launch import LaunchOptions, replica_process
 from backends.emulated.launch import free_port, replica_configs
 from backends.emulated.profile import ReplicaConfig
-from backends.sglang import SGLangOptions, place_plan, sglang_argv
+from backends.sglang import BARE_FLAGS, SGLangOptions, argv_flags, place_plan, sglang_argv
 from backends.sglang import build as sglang_build
 from backends.sglang.cpu import cpu_options
 from boute.specs.plan import Plan, ReplicaGroup, Routing
@@ -96,6 +96,7 @@ FLAG_FIELDS = {
     "--attention-backend": "attention_backend",
     "--max-total-tokens": "max_total_tokens",
     "--api-key": "api_key",
+    "--enable-cache-report": "enable_cache_report",
 }
 
 
@@ -143,22 +144,37 @@ def test_sglang_cpu_deployer_argv_is_the_cpu_engines() -> None:
     assert _flag_values(capped)["--max-total-tokens"] == "4096" and _flag_values(capped)["--api-key"] == "t0ken"
 
 
-def _flag_values(argv: list[str]) -> dict[str, str]:
-    return {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+def _flag_values(argv: list[str]) -> dict[str, str | bool]:
+    """The launcher's flags read back (``argv_flags``: bare ones are True); the parser test below proves that
+    its idea of which flags are bare is SGLang's."""
+    return argv_flags(argv)
 
 
 def test_sglang_parser_reads_every_launcher_argv_back() -> None:
-    """SGLang's prepare_server_args accepts each argv and fills each field with the value we meant."""
+    """SGLang's prepare_server_args accepts each argv and fills each field with the value we meant; the flags
+    BOute pairs with no value (BARE_FLAGS) are exactly those SGLang's parser takes none for."""
     argvs = _launcher_argvs()
     verdicts = judge(argvs=argvs)["argvs"]
     for argv, v in zip(argvs, verdicts, strict=True):
         assert v["ok"], f"SGLang refused {argv}: {v['error']}"
+        assert set(v["bare"]) == {a for a in argv if a in BARE_FLAGS}, (argv, v["bare"])
         for flag, value in _flag_values(argv).items():
             field = FLAG_FIELDS.get(flag)
             assert field is not None, f"the launcher emits {flag}, which this test does not map to a ServerArgs field"
             got = v["args"][field]
-            want: Any = type(got)(value) if isinstance(got, (int, float)) else value
+            want: Any = type(got)(value) if isinstance(got, (int, float)) and value is not True else value
             assert got == want, f"{flag} {value}: SGLang's ServerArgs.{field} = {got!r}"
+
+
+def test_sglang_every_launched_replica_reports_cache_hits() -> None:
+    """Every real replica BOute launches (plan placement, ``boute deploy up`` on GPUs and ``--sglang-cpu``, the
+    CPU helper's options) has SGLang's ``enable_cache_report`` set, so its usage carries prefix-cache hits;
+    turned off in the options, the parser's default (off) comes back."""
+    argvs = _launcher_argvs()
+    off = sglang_argv("/m", port=30003, options=SGLangOptions(enable_cache_report=False))[3:]
+    *verdicts, v_off = judge(argvs=[*argvs, off])["argvs"]
+    assert all(v["ok"] and v["args"]["enable_cache_report"] is True for v in verdicts), argvs
+    assert v_off["ok"] and v_off["args"]["enable_cache_report"] is False and "--enable-cache-report" not in off
 
 
 def test_sglang_parser_catches_a_drifted_flag() -> None:

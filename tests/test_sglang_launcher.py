@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.sglang import SGLangOptions, place_plan, replica_spec, sglang_argv
+from backends.sglang import SGLangOptions, argv_flags, place_plan, replica_spec, sglang_argv
 from boute.errors import BouteError
 from boute.specs.plan import Plan, ReplicaGroup, Routing
 
@@ -20,11 +20,10 @@ def _plan() -> Plan:
     )
 
 
-def _flags(argv: list[str]) -> dict[str, str | None]:
-    """argv after ``-m sglang.launch_server`` -> {flag: value} (every flag BOute emits takes a value)."""
-    rest = argv[3:]
-    assert len(rest) % 2 == 0 and all(f.startswith("--") for f in rest[::2]), rest
-    return dict(zip(rest[::2], rest[1::2], strict=True))
+def _flags(argv: list[str]) -> dict[str, str | bool]:
+    """argv after ``-m sglang.launch_server`` -> {flag: value}, True for a bare flag (``argv_flags``, whose bare
+    flags the contract tests check against SGLang's own parser)."""
+    return argv_flags(argv[3:])
 
 
 def test_argv_carries_parallelism_memory_and_port() -> None:
@@ -43,6 +42,17 @@ def test_argv_carries_parallelism_memory_and_port() -> None:
     assert f["--tp-size"] == "4" and f["--pp-size"] == "2"
     assert f["--mem-fraction-static"] == "0.85" and f["--chunked-prefill-size"] == "4096"
     assert f["--quantization"] == "fp8" and f["--served-model-name"] == "large"
+    assert f["--enable-cache-report"] is True  # BOute reads prefix-cache hits from the usage
+
+
+def test_cache_report_can_be_turned_off_and_argv_flags_refuses_a_misread() -> None:
+    argv = sglang_argv("/m", port=30000, options=SGLangOptions(enable_cache_report=False))
+    assert "--enable-cache-report" not in argv and "--enable-cache-report" not in _flags(argv)
+    # an unknown bare flag would swallow the next flag as its value: refused instead of misread
+    with pytest.raises(BouteError, match="--enable-metrics has no value"):
+        argv_flags(["--enable-metrics", "--port", "1"])
+    with pytest.raises(BouteError, match="expected a flag"):
+        argv_flags(["--port", "1", "2"])
 
 
 def test_place_plan_assigns_disjoint_gpus_and_ports() -> None:

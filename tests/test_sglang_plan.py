@@ -29,6 +29,7 @@ import pytest
 from backends.deploy.desired import desired_replicas
 from backends.deploy.launch import LaunchOptions, replica_process
 from backends.emulated.launch import free_port
+from backends.sglang import argv_flags
 from boute.errors import BouteError
 from boute.serving.bundle import open_plan
 from tests.waits import SAFETY_S, until
@@ -60,10 +61,11 @@ def test_sglang_cpu_replica_command() -> None:
     spec = replica_process(large, 4321, "127.0.0.1", opts)
     argv = list(spec.argv)
     assert argv[:3] == ["/srv/py", "-m", "sglang.launch_server"]
-    flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+    flags = argv_flags(argv[3:])  # flag -> value, True for a bare flag (BARE_FLAGS, checked against SGLang's parser)
     assert flags["--model-path"] == "/m/smollm2" and flags["--served-model-name"] == "large"
     assert (flags["--device"], flags["--attention-backend"]) == ("cpu", "torch_native")
     assert flags["--max-total-tokens"] == "16384" and flags["--tp-size"] == "1" and flags["--pp-size"] == "1"
+    assert flags["--enable-cache-report"] is True  # hits in the usage: BOute reads them there
     assert spec.env["SGLANG_USE_CPU_ENGINE"] == "1" and spec.env["HF_HUB_OFFLINE"] == "1"
     assert spec.env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "0"  # /health a liveness check (LIVENESS_ENV)
     assert "CUDA_VISIBLE_DEVICES" not in spec.env and spec.health_url == "http://127.0.0.1:4321/health"

@@ -17,7 +17,7 @@ from boute.catalog import Catalog
 from boute.errors import BouteError
 from boute.specs.plan import Plan, ReplicaGroup
 
-__all__ = ["LIVENESS_ENV", "SGLangOptions", "place_plan", "replica_spec", "sglang_argv"]
+__all__ = ["BARE_FLAGS", "LIVENESS_ENV", "SGLangOptions", "argv_flags", "place_plan", "replica_spec", "sglang_argv"]
 
 #: ``/health`` as a liveness check (200 once warmed up, at once). By default SGLang (0.5.23) answers it like
 #: ``/health_generate``: it queues a one-token generation and sleeps a whole second before looking, so no
@@ -25,6 +25,10 @@ __all__ = ["LIVENESS_ENV", "SGLangOptions", "place_plan", "replica_spec", "sglan
 #: controller deregistered both tiers every few seconds and the gateway answered 503 "no healthy replica".
 #: ``/health_generate`` still makes the deep check.
 LIVENESS_ENV = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
+
+#: the flags :func:`sglang_argv` emits that take no value (SGLang's ``store_true``); every other one takes one.
+#: The contract tests check this set against SGLang's own parser, so :func:`argv_flags` cannot silently misread.
+BARE_FLAGS = frozenset({"--enable-cache-report"})
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class SGLangOptions:
     mem_fraction_static: float = 0.88  # the performance model's default pool share (boute.perf.model)
     chunked_prefill_size: int | None = 8192
     context_length: int | None = None
+    #: ``--enable-cache-report``: SGLang then puts each request's prefix-cache hit in the OpenAI usage
+    #: (``prompt_tokens_details.cached_tokens``); without it that field is null and only ``/generate``'s
+    #: ``meta_info`` has the hit. BOute reads hits from the usage (docs/prefix-cache.md), so it is on by default.
+    enable_cache_report: bool = True
     python: str = sys.executable
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
@@ -56,7 +64,10 @@ def sglang_argv(
     served_model_name: str | None = None,
     options: SGLangOptions | None = None,
 ) -> list[str]:
-    """The launch command for one replica; ``dtype='fp8'`` becomes ``--quantization fp8``."""
+    """The launch command for one replica; ``dtype='fp8'`` becomes ``--quantization fp8``.
+
+    Every flag takes one value except the bare ``--enable-cache-report`` (``options.enable_cache_report``).
+    """
     o = options or SGLangOptions()
     if tp < 1 or pp < 1:
         raise BouteError(f"tp and pp must be >= 1, got tp={tp} pp={pp}")
@@ -70,11 +81,32 @@ def sglang_argv(
         argv += ["--context-length", str(o.context_length)]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
+    if o.enable_cache_report:
+        argv.append("--enable-cache-report")  # a bare flag: it takes no value
     if dtype == "fp8":
         argv += ["--quantization", "fp8"]
     elif dtype != "bf16":
         raise BouteError(f"dtype must be bf16 or fp8, got '{dtype}'")
     return argv + list(o.extra_args)
+
+
+def argv_flags(args: Sequence[str]) -> dict[str, str | bool]:
+    """The flags of a launch command (the part after ``-m sglang.launch_server``) read back: ``{flag: value}``,
+    ``True`` for a bare flag. Raises BouteError on a token that is neither a flag nor its value (a bare flag
+    missing from :data:`BARE_FLAGS` would otherwise swallow the next flag as its value)."""
+    out: dict[str, str | bool] = {}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if not flag.startswith("--"):
+            raise BouteError(f"argv[{i}] = {flag!r}: expected a flag")
+        if flag in BARE_FLAGS:
+            out[flag], i = True, i + 1
+            continue
+        if i + 1 >= len(args) or args[i + 1].startswith("--"):
+            raise BouteError(f"{flag} has no value (a bare flag not in BARE_FLAGS?)")
+        out[flag], i = args[i + 1], i + 2
+    return out
 
 
 def replica_spec(

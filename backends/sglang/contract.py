@@ -5,7 +5,8 @@ process of the tests: ``python -m backends.sglang.contract < job.json > verdicts
 
 - :func:`parse_argvs`: each launcher argv (the part after ``-m sglang.launch_server``) through SGLang's
   ``prepare_server_args``, the function ``launch_server`` itself calls; the parsed ``ServerArgs`` come back as a
-  dict, or the parser's own error.
+  dict, or the parser's own error; with them the argv's flags that SGLang's parser takes without a value (its
+  ``store_true`` flags, such as ``--enable-cache-report``), so the tests pair flags with values as SGLang does.
 - :func:`validate`: each payload through one of SGLang's OpenAI protocol models
   (``sglang.srt.entrypoints.openai.protocol``). A verdict lists pydantic's errors (``field.path: message``) and
   the *unknown* fields: keys the payload has that the model does not define (its models ignore extra keys, so
@@ -21,6 +22,7 @@ imports the frontend language; neither the parser nor the protocol models need i
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -64,8 +66,27 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
+@functools.cache
+def _zero_arity_flags() -> frozenset[str]:
+    """Every flag SGLang's parser (built as ``prepare_server_args`` builds it) takes no value for."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    actions = parser._option_string_actions  # argparse's own map; its public API has no per-flag arity
+    return frozenset(flag for flag, action in actions.items() if action.nargs == 0)
+
+
+def _bare_flags(argv: list[str]) -> list[str]:
+    """The flags of ``argv`` that SGLang's parser takes no value for."""
+    return [a for a in argv if a in _zero_arity_flags()]
+
+
 def parse_argvs(argvs: list[list[str]]) -> list[dict[str, Any]]:
-    """Each argv through ``prepare_server_args``: ``{"ok": True, "args": {field: value}}`` or the parser's error."""
+    """Each argv through ``prepare_server_args``: ``{"ok": True, "args": {field: value}, "bare": [flag, ...]}`` or
+    the parser's error."""
     _sglang_without_init()
     from sglang.srt.server_args import prepare_server_args
 
@@ -84,7 +105,8 @@ def parse_argvs(argvs: list[list[str]]) -> list[dict[str, Any]]:
             continue
         # ServerArgs is a msgspec Struct (0.5.2x): its fields are __struct_fields__, not __dict__
         fields = getattr(args, "__struct_fields__", None) or tuple(vars(args))
-        out.append({"ok": True, "args": {k: _jsonable(getattr(args, k)) for k in fields}})
+        args_out = {k: _jsonable(getattr(args, k)) for k in fields}
+        out.append({"ok": True, "args": args_out, "bare": _bare_flags(list(argv))})
     return out
 
 

@@ -12,12 +12,14 @@ The server venv and model come from ``make sglang`` (:mod:`backends.sglang.build
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -25,7 +27,15 @@ from backends.sglang.build import read_status, server_dir
 from backends.sglang.command import SGLangOptions, sglang_argv
 from boute.errors import BouteError
 
-__all__ = ["CpuReplica", "cpu_options", "server_install", "start_cpu_replica", "tree_rss_mb"]
+__all__ = [
+    "CpuReplica",
+    "StreamedChat",
+    "cpu_options",
+    "server_install",
+    "start_cpu_replica",
+    "stream_chat",
+    "tree_rss_mb",
+]
 
 #: KV pool of one CPU replica, tokens (see the module docstring)
 DEFAULT_MAX_TOTAL_TOKENS = 16384
@@ -127,3 +137,54 @@ def start_cpu_replica(
         time.sleep(0.5)
     replica.stop()
     raise BouteError(f"sglang did not answer /health within {timeout_s:.0f} s (log: {log})")
+
+
+@dataclass
+class StreamedChat:
+    """One streamed chat completion as the client saw it: time to the first content chunk, the answer, the
+    usage chunk, and the exact token ids SGLang prefilled and sampled (its ``sglext`` ids, when asked)."""
+
+    ttft_s: float
+    text: str
+    usage: dict[str, Any]
+    input_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+
+    @property
+    def cached_tokens(self) -> int:
+        """The prefix-cache hit SGLang reported (``--enable-cache-report``); 0 when the usage has none."""
+        return int((self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+
+
+def stream_chat(url: str, body: dict[str, Any], *, ids: bool = True, timeout_s: float = 300.0) -> StreamedChat:
+    """POST ``body`` to ``/v1/chat/completions`` streamed, with the usage chunk and (``ids``) SGLang's token ids.
+
+    TTFT is taken at the first chunk with non-empty ``delta.content`` (the role chunk comes with it, so this is
+    when the first answer token arrived), as a client would see it. The ids come from SGLang 0.5.23's
+    ``return_input_ids_in_sglext`` / ``return_output_ids_in_sglext``: the prompt exactly as its chat template
+    and tokenizer made it, which is what its radix cache is keyed by."""
+    extra = {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True} if ids else {}
+    req = {**body, **extra, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first: float | None = None
+    parts: list[str] = []
+    usage: dict[str, Any] = {}
+    input_ids: list[int] = []
+    output_ids: list[int] = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=req, timeout=timeout_s) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            content = (chunk["choices"][0].get("delta") or {}).get("content") if chunk.get("choices") else None
+            if content:
+                first = first if first is not None else time.perf_counter()
+                parts.append(content)
+            usage = chunk.get("usage") or usage
+            ext = chunk.get("sglext") or {}
+            input_ids = list(ext.get("input_ids") or input_ids)
+            output_ids = list((ext.get("output_ids") or [output_ids])[0])
+    if first is None:
+        raise BouteError(f"no content chunk from {url} (usage {usage})")
+    return StreamedChat(first - t0, "".join(parts), usage, input_ids, output_ids)
