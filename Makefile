@@ -28,7 +28,7 @@ ENGINES    := $(VENV)/.engines-installed
 SGLANG_HOME ?= $(HOME)/.cache/boute/sglang
 export BOUTE_SGLANG_HOME := $(SGLANG_HOME)
 
-.PHONY: install warm lock engines sglang sglang-contract prometheus chromium demo test test-fast bench lint format experiments clean
+.PHONY: install warm lock engines sglang sglang-contract prometheus chromium demo test test-engines test-fast bench lint format experiments clean
 
 install: $(STAMP)
 
@@ -109,7 +109,12 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory sglang-contract || echo "warning: SGLang's contract install failed; its tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "warning: no prometheus/promtool; the Prometheus tests will skip"
 	@$(MAKE) --no-print-directory chromium || echo "warning: no chromium; the report's browser tests will skip"
-	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 -m "not engine_plan"
+
+## Whole plans on real SGLang CPU replicas (tests marked engine_plan; needs make sglang): two tiers, then a
+## replica lost under load. 4-7 min of both cores each, which in make test would crowd the rest of the suite.
+test-engines: $(STAMP)
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -m engine_plan --durations=5
 
 test-fast: $(STAMP)
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" -x

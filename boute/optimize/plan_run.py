@@ -56,8 +56,7 @@ class PlanRequest:
     ``calibration`` its calibration file. ``db``: the tracking DB; ``plot``: the front plot to write;
     ``redis_url``: the live evaluator's replica registry. ``affinity``: the cache-aware balancing the plan's
     gateway applies, in place of the scenario's ``balancing.affinity`` (``enabled: false``: least load; None:
-    the scenario's); the search judges plans under it and the plan carries it (the re-plan loop passes the
-    running plan's).
+    the scenario's); the search judges plans under it and the plan carries it.
     """
 
     out: Path

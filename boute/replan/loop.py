@@ -168,6 +168,7 @@ class Autopilot:
         from boute.sim import plan_cost
         from boute.specs import load_scenario
         from boute.specs.io import write_atomic
+        from boute.specs.scenario import with_affinity
         from boute.tracking import open_store
 
         self.rounds += 1
@@ -177,6 +178,8 @@ class Autopilot:
         obs = observed_scenario(
             self.sc, self.plan, w, self.detector.promise, self.detector.answer_baseline, shifted, rate_rps=rate_rps
         )
+        # the running plan's balancing: a user who turned prefix affinity on keeps it, and the search judges by it
+        obs = with_affinity(obs, self.plan.affinity)
         # beside the plan: the scenario's relative file references (the bundle) resolve from there, and the
         # file is the record of what this round planned for (the search worker reads it too)
         obs_file = self.dir / f"observed-{n}.yaml"
@@ -210,14 +213,7 @@ class Autopilot:
             seed_experiment(store, obs, warm, search)
         finally:
             store.close()
-        # the new plan keeps the running one's balancing: a user who turned prefix affinity on keeps it on
-        req = PlanRequest(
-            out=self.dir / f"replan-{n}" / "plan.json",
-            scenario=str(obs_file),
-            db=self.db,
-            search=search,
-            affinity=self.plan.affinity,
-        )
+        req = PlanRequest(out=self.dir / f"replan-{n}" / "plan.json", scenario=str(obs_file), db=self.db, search=search)
         record: dict[str, Any] = {
             "deployment": str(self.dir),
             "triggers": [{"kind": t.kind, "at": t.at, "evidence": json_safe(t.evidence)} for t in fired],
