@@ -109,12 +109,13 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory sglang-contract || echo "warning: SGLang's contract install failed; its tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "warning: no prometheus/promtool; the Prometheus tests will skip"
 	@$(MAKE) --no-print-directory chromium || echo "warning: no chromium; the report's browser tests will skip"
-	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 -m "not engine_plan"
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 -m "not sglang_server"
 
-## Whole plans on real SGLang CPU replicas (tests marked engine_plan; needs make sglang): two tiers, then a
-## replica lost under load. 4-7 min of both cores each, which in make test would crowd the rest of the suite.
+## The tests on the real SGLang CPU server (marked sglang_server; needs make sglang): its own protocol, abort and
+## prefix-cache reports, then whole plans (two tiers; a replica lost under load; 4-7 min of both cores each).
+## In make test they crowded the rest of the suite (16 min instead of 7, timing tests failing beside them).
 test-engines: $(STAMP)
-	$(BIN)/python -m tests.services $(BIN)/pytest -q -m engine_plan --durations=5
+	$(BIN)/python -m tests.services $(BIN)/pytest -q -m sglang_server --durations=5
 
 test-fast: $(STAMP)
 	$(BIN)/python -m tests.services $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" -x

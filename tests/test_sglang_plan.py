@@ -123,7 +123,7 @@ def _status(d: Path, env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.engine_plan
+@pytest.mark.sglang_server
 @pytest.mark.timeout(1800)  # two real replicas start, one twice; every wait below is bounded on its own
 def test_two_tier_plan_on_real_sglang(tmp_path: Path, redis_url: str) -> None:
     from openai import APIStatusError, OpenAI
@@ -268,7 +268,7 @@ class _Load:
 
 
 @pytest.mark.slow
-@pytest.mark.engine_plan
+@pytest.mark.sglang_server
 @pytest.mark.timeout(2400)  # three real replicas start, one twice; every wait below is bounded on its own
 def test_failover_within_a_tier_on_real_sglang_fails_no_request(tmp_path: Path, redis_url: str) -> None:
     """Two real SGLang replicas in the small tier under steady load through the gateway; SIGKILL one: the gateway

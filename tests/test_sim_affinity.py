@@ -17,9 +17,9 @@ from boute.sim.balance import AffinityBalancer
 from boute.sim.replica import SimReplica
 from boute.specs import Plan
 from boute.specs.balancing import Affinity
-from boute.specs.io import validate
 from boute.specs.scenario import Scenario
 from boute.workload import Workload, build_workload
+from tests.prefixed import with_prefixes
 
 SMALL = {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090"}
 
@@ -35,18 +35,10 @@ def _plan(count: int, affinity: dict[str, Any] | None, extra: list[dict[str, Any
     return Plan.model_validate(data)
 
 
-def _scenario(base: Scenario, prefixes: dict[str, Any] | None, **workload: Any) -> Scenario:
-    data = base.model_dump()
-    data["workload"] = {**data["workload"], "prefixes": prefixes, **workload}
-    sc = validate(Scenario, data, "scenario.yaml")
-    sc._source = base.source
-    return sc
-
-
 @pytest.fixture(scope="module")
 def conversations(poisson_scenario: Scenario) -> tuple[Scenario, Workload]:
     """Four-turn conversations with no system prompt: every shared token is an earlier turn's."""
-    sc = _scenario(poisson_scenario, {"conversations": {"turns": 4, "think_s": 5}}, rate_rps=10, duration_s=60)
+    sc = with_prefixes(poisson_scenario, {"conversations": {"turns": 4, "think_s": 5}}, rate_rps=10, duration_s=60)
     return sc, build_workload(sc)
 
 
@@ -249,7 +241,7 @@ def test_the_simulators_picks_are_a_replay_of_the_rule(
     figures |= {"balance_abs": balance_abs, "balance_rel": balance_rel, "index_blocks": index_blocks}
     extra = [{**SMALL, "gpu": "h100-sxm", "count": fast}] if fast else []
     plan = _plan(3, figures, extra)
-    sc = _scenario(poisson_scenario, prefixes, rate_rps=rate, duration_s=15, seed=seed)
+    sc = with_prefixes(poisson_scenario, prefixes, rate_rps=rate, duration_s=15, seed=seed)
     w = build_workload(sc)
     res = simulate(plan, sc, w)
     assert len(trace) == len(w) and res.affinity_reason is not None

@@ -12,9 +12,9 @@ import pytest
 from boute.errors import SpecError
 from boute.sim import simulate
 from boute.specs import Plan
-from boute.specs.io import validate
 from boute.specs.scenario import Scenario
 from boute.workload import build_workload
+from tests.prefixed import with_prefixes
 
 SMALL = {"tier": "small", "model": "llama-3.1-8b", "gpu": "rtx-4090"}
 
@@ -29,14 +29,6 @@ def _plan(count: int) -> Plan:
     )
 
 
-def _scenario(base: Scenario, prefixes: dict[str, Any] | None, **workload: Any) -> Scenario:
-    data = base.model_dump()
-    data["workload"] = {**data["workload"], "prefixes": prefixes, **workload}
-    sc = validate(Scenario, data, "scenario.yaml")
-    sc._source = base.source
-    return sc
-
-
 @pytest.fixture(scope="module")
 def base(poisson_scenario: Scenario) -> Scenario:
     return poisson_scenario
@@ -45,7 +37,7 @@ def base(poisson_scenario: Scenario) -> Scenario:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_conversations_repeat_the_previous_turn_and_its_answer(base: Scenario, seed: int) -> None:
     spec = {"system_prompts": {"count": 5, "min_tokens": 200, "max_tokens": 900}, "conversations": {"turns": 3}}
-    sc = _scenario(base, spec, seed=seed, rate_rps=20, duration_s=120)
+    sc = with_prefixes(base, spec, seed=seed, rate_rps=20, duration_s=120)
     w = build_workload(sc)
     p = w.prefixes
     assert p is not None
@@ -71,7 +63,7 @@ def test_conversations_repeat_the_previous_turn_and_its_answer(base: Scenario, s
 
 def test_a_workload_without_prefixes_is_drawn_as_before(base: Scenario) -> None:
     plain = build_workload(base)
-    with_sp = build_workload(_scenario(base, {"system_prompts": {"count": 3}}))
+    with_sp = build_workload(with_prefixes(base, {"system_prompts": {"count": 3}}))
     assert plain.prefixes is None
     np.testing.assert_array_equal(plain.arrival_s, with_sp.arrival_s)
     np.testing.assert_array_equal(plain.output_tokens, with_sp.output_tokens)
@@ -88,7 +80,7 @@ def test_a_workload_without_prefixes_is_drawn_as_before(base: Scenario) -> None:
 def test_hits_skip_prefill_and_nothing_else_changes(base: Scenario, replicas: int) -> None:
     """The same requests with and without the cache: hits are at most the shared tokens, every completed
     request is as long, and the replicas spend less time in prefill, so first tokens come sooner."""
-    sc = _scenario(base, {"system_prompts": {"count": 4, "min_tokens": 1000, "max_tokens": 2500}}, rate_rps=8)
+    sc = with_prefixes(base, {"system_prompts": {"count": 4, "min_tokens": 1000, "max_tokens": 2500}}, rate_rps=8)
     w = build_workload(sc, duration_s=90)
     cached = simulate(_plan(replicas), sc, w)
     blind = simulate(_plan(replicas), sc, replace(w, prefixes=None))
@@ -107,7 +99,7 @@ def test_a_small_kv_pool_evicts_and_hits_less(base: Scenario) -> None:
     """Twenty system prompts of ~3k tokens (60k) do not fit in a 4090 replica's pool (8B bf16: ~39k KV
     tokens), less what its running requests hold; an H100's (~443k) keeps them all, so it hits far more."""
     spec = {"system_prompts": {"count": 20, "min_tokens": 2500, "max_tokens": 3500, "zipf": 0.0}}
-    sc = _scenario(base, spec, rate_rps=6)
+    sc = with_prefixes(base, spec, rate_rps=6)
     w = build_workload(sc, duration_s=120)
     small = simulate(_plan(1), sc, w).summary()["cached_token_share"]
     big_plan = Plan.model_validate({**_plan(1).model_dump(), "deployment": [{**SMALL, "gpu": "h100-sxm", "count": 1}]})
@@ -127,14 +119,14 @@ def test_a_small_kv_pool_evicts_and_hits_less(base: Scenario) -> None:
 )
 def test_a_bad_prefix_section_names_its_field(base: Scenario, prefixes: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError, match=field) as err:
-        _scenario(base, prefixes)
+        with_prefixes(base, prefixes)
     assert "scenario.yaml" in str(err.value) and "prefixes" in str(err.value)
 
 
 def test_an_earlier_answer_hits_only_on_a_replica_of_the_tier_that_gave_it(base: Scenario) -> None:
     """Turn 2 repeats the answer its client got from turn 1's tier: served by that tier's replica it hits turn
     1's prompt and answer; sent to the other tier, whose model answered nothing of it, it hits nothing."""
-    sc = _scenario(base, {"conversations": {"turns": 2, "think_s": 2.0}}, rate_rps=2)
+    sc = with_prefixes(base, {"conversations": {"turns": 2, "think_s": 2.0}}, rate_rps=2)
     w = build_workload(sc, duration_s=120)
     p = w.prefixes
     assert p is not None
