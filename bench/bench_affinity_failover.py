@@ -160,6 +160,10 @@ class _Load(ClosedLoop):
         return start
 
 
+#: the key under which ``routed()`` keeps the answer count beside the counters
+ANSWERS = "_answers"
+
+
 def _routed(text: str) -> dict[str, float]:
     out = {}
     for reason in REASONS:
@@ -183,6 +187,7 @@ def _phase(
     mean = sum(loads) / len(loads)
     routed = {k: r1[k] - r0[k] for k in REASONS}
     total = sum(routed.values())
+    window = int(r1[ANSWERS] - r0[ANSWERS])  # answers while the counters moved (the phase's and the gaps')
     prompt = sum(a[2] for a in answers)
     return {
         "phase": name,
@@ -192,6 +197,8 @@ def _phase(
         "pool_at_end": pool,
         "hot_spot_max_over_mean": round(max(loads) / mean, 3) if mean else None,
         "routed": routed,
+        "answers_in_counter_window": window,
+        "picks_per_answer": round(total / window, 3) if window and total else None,
         "affinity_share": round(routed["affinity"] / total, 3) if total else 0.0,
         "cached_token_share": round(sum(a[3] for a in answers) / prompt, 3) if prompt else 0.0,
     }
@@ -211,7 +218,11 @@ async def _scenario(affinity: bool, per_phase: int) -> dict[str, Any]:
         async with httpx.AsyncClient(timeout=SAFETY_S) as admin:
 
             async def routed() -> dict[str, float]:
-                return _routed((await admin.get(url + "/metrics")).text)
+                """The gateway's affinity counters, and the answers the load had when they were read: the
+                counters' window also holds what was answered between phases (a replica starting), so the
+                picks are compared with the answers of that same window."""
+                got = _routed((await admin.get(url + "/metrics")).text)
+                return {**got, ANSWERS: float(len(load.answers))}
 
             async with _Load(url, WORKERS, seed=1) as load:
                 await load.more(WORKERS * 2, "warm-up answers")  # caches and the index warm, not counted
