@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from boute.errors import BouteError
 from boute.optimize.clock import PHASES, top_level
@@ -45,6 +45,7 @@ from boute.report.model import (
     Verification,
 )
 from boute.specs.targets import Targets
+from boute.tracking.models import Experiment
 from boute.tracking.store import Store
 
 #: the experiment settings (``boute.optimize.experiment.settings_of``) that make two searches the same problem:
@@ -59,19 +60,6 @@ PROGRESS = {
         "hypervolume", "feasible hypervolume (q, -log P95, -$/h)", lower_is_better=False, log_scale=False
     ),
 }
-
-
-class ExperimentRow(Protocol):
-    """An experiment as the store reads it back."""
-
-    id: int
-    name: str
-    scenario: str
-    strategy: str
-    evaluator: str
-    seed: int
-    status: str
-    settings: dict[str, Any]
 
 
 def gather(store: Store, ref: str | int | None) -> Report:
@@ -110,7 +98,7 @@ def _as_written(doc: dict[str, Any], path: str | None) -> dict[str, Any]:
     return written if same else doc
 
 
-def _experiment(store: Store, ref: str | int | None) -> ExperimentRow:
+def _experiment(store: Store, ref: str | int | None) -> Experiment:
     if ref is None:
         listed = store.experiments()
         if not listed:
@@ -122,8 +110,8 @@ def _experiment(store: Store, ref: str | int | None) -> ExperimentRow:
     return exp
 
 
-def _all_experiments(store: Store) -> list[ExperimentRow]:
-    out: list[ExperimentRow] = []
+def _all_experiments(store: Store) -> list[Experiment]:
+    out: list[Experiment] = []
     for e in store.experiments():
         got = store.experiment(int(e["id"]))
         if got is not None:
@@ -131,14 +119,14 @@ def _all_experiments(store: Store) -> list[ExperimentRow]:
     return out
 
 
-def same_problem(a: ExperimentRow, b: ExperimentRow) -> bool:
+def same_problem(a: Experiment, b: Experiment) -> bool:
     """Whether two experiments searched the same problem with the same evaluator (:data:`SAME_PROBLEM`)."""
     if (a.scenario, a.evaluator) != (b.scenario, b.evaluator):
         return False
     return all(a.settings.get(k) == b.settings.get(k) for k in SAME_PROBLEM)
 
 
-def targets_of(exp: ExperimentRow) -> Targets:
+def targets_of(exp: Experiment) -> Targets:
     """The targets the experiment searched under (its recorded settings)."""
     s = exp.settings
     try:
@@ -150,9 +138,9 @@ def targets_of(exp: ExperimentRow) -> Targets:
 
 
 def build_report(
-    exp: ExperimentRow,
+    exp: Experiment,
     rows: Sequence[StoredTrial],
-    others: Sequence[tuple[ExperimentRow, Sequence[StoredTrial]]],
+    others: Sequence[tuple[Experiment, Sequence[StoredTrial]]],
     plan: tuple[Mapping[str, Any], int | None, str | None] | None,
     verdict: Mapping[str, Any] | None,
 ) -> Report:
@@ -194,7 +182,7 @@ def build_report(
     )
 
 
-def experiment_info(exp: ExperimentRow) -> ExperimentInfo:
+def experiment_info(exp: Experiment) -> ExperimentInfo:
     created = getattr(exp, "created_at", None)
     return ExperimentInfo(
         id=exp.id,
@@ -216,9 +204,7 @@ def _point(t: Trial, targets: Targets) -> Point:
     return Point(t.index, r.quality, r.p95_latency_s, r.cost_per_hour, ok)
 
 
-def curve(
-    exp: ExperimentRow, rows: Sequence[StoredTrial], targets: Targets, progress: Progress, *, this: bool
-) -> Curve:
+def curve(exp: Experiment, rows: Sequence[StoredTrial], targets: Targets, progress: Progress, *, this: bool) -> Curve:
     """The experiment's best feasible plan after each of its search evaluations (:class:`Curve`), on
     ``progress``'s figure. Screened proposals cost no evaluation and confirmations are not the search's:
     neither is a step."""
