@@ -27,6 +27,7 @@ from boute.sim.affinity import REASONS, AffinityIndex, PromptKeys, path_keys
 from boute.sim.replica import SimReplica
 from boute.specs.balancing import Affinity
 from boute.workload import Workload
+from boute.workload.prefixes import Paths
 
 #: ``AffinityBalancer.reason`` of a request the rule never placed
 UNROUTED = -1
@@ -51,15 +52,15 @@ class AffinityBalancer:
     __slots__ = ("indexes", "names", "weights", "settings", "workload", "paths", "keys", "reason")
 
     def __init__(
-        self, settings: Affinity, by_tier: Sequence[Sequence[SimReplica]], workload: Workload, route: np.ndarray
+        self, settings: Affinity, by_tier: Sequence[Sequence[SimReplica]], workload: Workload, paths: Paths | None
     ) -> None:
-        """``route``: each request's final tier, which names the answers later turns repeat (``Paths``)."""
+        """``paths``: the prompts' cache paths under the simulation's route (None: the prompts share nothing)."""
         self.settings = settings
         self.indexes = [AffinityIndex(settings) for _ in by_tier]
         self.names = [[str(r.index) for r in pool] for pool in by_tier]
         self.weights = [_relative(pool) for pool in by_tier]
         self.workload = workload
-        self.paths = workload.prefixes.paths(route) if workload.prefixes is not None else None
+        self.paths = paths
         self.keys: dict[int, PromptKeys] = {}
         #: per request, the position in :data:`~boute.sim.affinity.REASONS` of why its last placement went
         #: where it did (:data:`UNROUTED`: never placed)

@@ -35,6 +35,7 @@ from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaT
 from boute.specs.plan import Plan, ReplicaGroup, check_plan_hardware
 from boute.specs.scenario import Scenario
 from boute.workload import Workload
+from boute.workload.prefixes import Paths
 
 #: seconds one judge call adds to a cascade hop, accepted or escalated: the plan's static verifier takes
 #: p50 0.3 ms, p99 0.9-1.5 ms of one core (bench/results/judge.json); 2 ms allows for the gateway's
@@ -311,9 +312,12 @@ def simulate(
     weights = replica_weights(timings, Lengths.of(workload.input_tokens, workload.output_tokens))
     replicas, by_tier = build_replicas(plan, timings, weights)
     check_served(plan, route, by_tier)
-    cached = with_prefix_caches(replicas, workload, route)
+    # the prompts' cache paths under this route (an earlier turn's answer is its final tier's), built once for
+    # the replicas' caches and the affinity keys
+    paths = workload.prefixes.paths(route) if workload.prefixes is not None else None
+    cached = with_prefix_caches(replicas, len(workload), paths)
     affinity = plan.affinity_in_force()
-    balancer = AffinityBalancer(affinity, by_tier, workload, route) if affinity is not None else None
+    balancer = AffinityBalancer(affinity, by_tier, workload, paths) if affinity is not None else None
     loop = Scheduler(
         replicas,
         by_tier,
@@ -332,15 +336,13 @@ def simulate(
     return replace(result, cached_tokens=np.asarray(cached, dtype=np.int64), prompt_tokens=workload.input_tokens)
 
 
-def with_prefix_caches(replicas: Sequence[SimReplica], workload: Workload, route: np.ndarray) -> list[int] | None:
-    """Give every replica a prefix cache the size of its KV pool when the workload's prompts share prefixes,
-    with the prompts' paths under ``route`` (an earlier turn's answer is its final tier's,
-    :class:`boute.workload.prefixes.Paths`); the list each request's hit (at the last replica that served it)
-    is written to, else None."""
-    if workload.prefixes is None:
+def with_prefix_caches(replicas: Sequence[SimReplica], requests: int, paths: Paths | None) -> list[int] | None:
+    """Give every replica a prefix cache the size of its KV pool when the prompts share prefixes (``paths``, the
+    prompts' :class:`boute.workload.prefixes.Paths`); the list each request's hit (at the last replica that
+    served it) is written to, else None."""
+    if paths is None:
         return None
-    cached = [0] * len(workload)
-    paths = workload.prefixes.paths(route)
+    cached = [0] * requests
     for r in replicas:
         r.cache = PrefixCache(r.timing.kv_capacity)
         r.paths = paths
