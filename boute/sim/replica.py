@@ -128,7 +128,7 @@ class SimReplica:
             if self.kv_used + need > kv_cap:
                 break
             waiting.popleft()
-            hit = self._match(rid, out[rid]) if self.cache is not None else 0
+            hit = self._match(rid, inp[rid], out[rid]) if self.cache is not None else 0
             self.kv_used += need - hit
             take = min(budget, inp[rid] - hit)
             sq += float(hit + take) ** 2 - float(hit) * hit
@@ -189,11 +189,10 @@ class SimReplica:
                 self._complete(rid, inp, out, done)
         self.now = end
 
-    def _match(self, rid: int, answer_tokens: int) -> int:
-        """The cached prefix of request ``rid``'s prompt, which it then neither prefills nor reserves again;
-        its answer is reserved beside the cache."""
-        prompt = self.paths.prompt(rid)  # type: ignore[union-attr]
-        hit = self.cache.match(prompt, sum(t for _, t in prompt))  # type: ignore[union-attr]
+    def _match(self, rid: int, prompt_tokens: int, answer_tokens: int) -> int:
+        """The cached prefix of request ``rid``'s prompt (``prompt_tokens`` long: its path's tokens), which it
+        then neither prefills nor reserves again; its answer is reserved beside the cache."""
+        hit = self.cache.match(self.paths.prompt(rid), prompt_tokens)  # type: ignore[union-attr]
         self.cached[rid] = hit
         self.answers += answer_tokens
         self.cache.limit(self.timing.kv_capacity - self.answers)  # type: ignore[union-attr]
