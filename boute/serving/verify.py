@@ -150,6 +150,7 @@ def prefixed_messages(
     assert p is not None
     roots = scenario.workload.prefixes is not None and scenario.workload.prefixes.system_prompts is not None
     chats: list[list[dict[str, str]]] = []
+    systems: dict[int, str] = {}  # root node -> its text, drawn once however often it opens a conversation
     for i, r in enumerate(rows):
         prev = p.previous(i)
         if prev >= 0:
@@ -159,7 +160,9 @@ def prefixed_messages(
             root = int(p.prompt_node[i])
             while p.parent[root] >= 0:
                 root = int(p.parent[root])
-            head = [{"role": "system", "content": text_of_tokens(root, int(p.tokens[root]))}]
+            if root not in systems:
+                systems[root] = text_of_tokens(root, int(p.tokens[root]))
+            head = [{"role": "system", "content": systems[root]}]
         else:
             head = []
         chats.append(head + replay_messages(profile, int(r)))
