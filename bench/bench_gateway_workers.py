@@ -20,7 +20,8 @@ Setup, and why:
   smg (which routes by model name) balances over all of them as sglang-router does; BOute rewrites ``model``
   per replica anyway.
 - **Targets**: ``direct`` (wrk at one replica: one backend process's ceiling), ``boute_w{n}`` (``python -m router
-  --workers n`` on n cores, the learned router scoring every prompt, fractions 0.5 / 0.5), ``smg_c{n}`` and
+  --workers n`` on n cores, the learned router scoring every prompt, fractions 0.5 / 0.5; ``boute_w{n}_affinity``
+  the same with prefix affinity on, ``BOUTE_AFFINITY=1``, for its added CPU per request), ``smg_c{n}`` and
   ``sglang_router_c{n}`` (``--policy round_robin``, n cores), for n in ``WORKER_COUNTS``. The Rust gateways run
   from their own virtualenv (``BOUTE_BENCH_RUST_PYTHON``, default ``~/.cache/boute/bench/rustgw/bin/python``;
   a target whose package is missing there is skipped and named in ``skipped``).
@@ -35,7 +36,8 @@ Setup, and why:
   ``x-boute-overhead-ms`` (its handler's time minus upstream waiting). ``send_lag_p99_ms`` shows the client held
   the rate.
 
-``BOUTE_BENCH_WORKERS_TARGETS`` (comma list) runs only the named targets; ``BOUTE_BENCH_WORKERS_ROUNDS`` /
+``BOUTE_BENCH_WORKERS_TARGETS`` (comma list) runs only the named targets, ``BOUTE_BENCH_WORKER_COUNTS`` (comma
+list, default ``1,2``) the worker counts (``1`` alone on a 2-core host: the proxy on one core, the load on the other); ``BOUTE_BENCH_WORKERS_ROUNDS`` /
 ``_SECONDS`` override the throughput rounds, ``BOUTE_BENCH_WORKERS_RATE`` and ``_OVERHEAD_SECONDS`` the overhead
 phase's offered rate and length.
 """
@@ -62,7 +64,7 @@ from bench.gateway_wrk_proxies import process_tree, start_gateway, start_rust_ga
 from tests.stack import Stack
 
 SPEEDUP = 1000.0
-WORKER_COUNTS = (1, 2)
+WORKER_COUNTS = tuple(int(n) for n in os.environ.get("BOUTE_BENCH_WORKER_COUNTS", "1,2").split(","))
 RUST = {"smg": "smg.launch_router", "sglang_router": "sglang_router.launch_router"}
 RUST_PYTHON = Path.home() / ".cache" / "boute" / "bench" / "rustgw" / "bin" / "python"
 RATE = 1170.0
@@ -167,6 +169,14 @@ def start_targets(
             env = {"BOUTE_REDIS_URL": redis_url, "BOUTE_REDIS_PREFIX": f"bench-{uuid.uuid4().hex}"}
             url, proc = start_gateway(st, lay.budget(n), workers=n, **env)
             targets[name] = Target(url, proc, n)
+        if only is None or f"{name}_affinity" in only:  # prefix affinity on: its added CPU per request
+            env = {
+                "BOUTE_REDIS_URL": redis_url,
+                "BOUTE_REDIS_PREFIX": f"bench-{uuid.uuid4().hex}",
+                "BOUTE_AFFINITY": "1",
+            }
+            url, proc = start_gateway(st, lay.budget(n), workers=n, **env)
+            targets[f"{name}_affinity"] = Target(url, proc, n)
         for kind, module in RUST.items():
             name = f"{kind}_c{n}"
             if only is not None and name not in only:
@@ -255,6 +265,10 @@ def summarise(thr: list[dict[str, Any]], ovh: list[dict[str, Any]]) -> dict[str,
         out["throughput"][name]["errors"] = sum(r["errors"] for r in rows)
     ratios = {"boute_w2_vs_boute_w1": _ratio(thr, "boute_w2", "boute_w1")}
     for n in WORKER_COUNTS:
+        ratios[f"boute_w{n}_affinity_vs_boute_w{n}"] = _ratio(thr, f"boute_w{n}_affinity", f"boute_w{n}")
+        ratios[f"boute_w{n}_affinity_cpu_vs_boute_w{n}"] = _ratio(
+            thr, f"boute_w{n}_affinity", f"boute_w{n}", "proxy_cpu_us_per_req"
+        )
         for kind in RUST:
             ratios[f"boute_w{n}_vs_{kind}_c{n}"] = _ratio(thr, f"boute_w{n}", f"{kind}_c{n}")
     out["ratios"] = {k: v for k, v in ratios.items() if v is not None}

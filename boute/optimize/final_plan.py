@@ -53,7 +53,7 @@ def build_plan(
         cost_per_hour=r.cost_per_hour,
         evaluator=r.evaluator,
         feasible=r.feasible,
-        tier_shares=_held_out_shares(r) or _held_out_shares(t.result),
+        tier_shares=_predicted_shares(r) or _predicted_shares(t.result),
         cached_token_share=r.extra.cached_token_share,
         ttft_p50_s=r.extra.ttft_p50_s,
         ttft_p95_s=r.extra.ttft_p95_s,
@@ -61,8 +61,9 @@ def build_plan(
     return plan.model_copy(update={"predicted": pred, "objective": out.objective.label})
 
 
-def _held_out_shares(r: EvalResult) -> list[float] | None:
-    """The quality model's per-tier shares on its held-out prompts (exact evaluators; a live result measures
-    the shares its answers came from, ``answered_shares``, which are not a prediction)."""
+def _predicted_shares(r: EvalResult) -> list[float] | None:
+    """The predicted per-tier shares (exact evaluators: the simulated stream's, or the fast path's held-out
+    prompts'; a live result measures the shares its answers came from, ``answered_shares``, which are not a
+    prediction)."""
     shares = r.extra.tier_shares
     return None if shares is None else list(shares)

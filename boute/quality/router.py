@@ -83,13 +83,30 @@ def difficulty_levels(
     return np.argmax(good, axis=1)
 
 
-def split_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded random train/test split (sorted index arrays)."""
+def split_indices(
+    n: int, test_fraction: float, seed: int, groups: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded random train/test split (sorted index arrays) holding out ``round(n * test_fraction)`` rows.
+
+    With ``groups`` (a group id per row: :meth:`QualityProfile.conversation_groups`), whole groups are held out,
+    in a seeded random order, until at least that many rows are; every group stays on one side."""
     if not 0 < test_fraction < 1:
         raise SpecError(None, "test_fraction", f"must be in (0, 1), got {test_fraction}")
-    perm = np.random.default_rng(seed).permutation(n)
+    rng = np.random.default_rng(seed)
     n_test = max(1, round(n * test_fraction))
-    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+    if groups is None:
+        perm = rng.permutation(n)
+        return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+    ids, sizes = np.unique(groups, return_counts=True)
+    order = rng.permutation(len(ids))
+    k = min(int(np.searchsorted(np.cumsum(sizes[order]), n_test)) + 1, max(1, len(ids) - 1))
+    held = np.isin(groups, ids[order[:k]])
+    return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def profile_split(profile: QualityProfile, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`split_indices` of a profile's queries, a recorded conversation's turns kept together."""
+    return split_indices(len(profile), test_fraction, seed, profile.conversation_groups())
 
 
 @dataclass
@@ -281,7 +298,7 @@ def train_router(
         raise ValueError(f"prompt embeddings have shape {prompt_emb.shape}, expected ({len(profile)}, {dim})")
     cols = [profile.models.index(m) for m in tier_models]
     levels = difficulty_levels(profile.scores[:, cols], label, good_threshold)
-    train, test = split_indices(len(profile), test_fraction, seed)
+    train, test = profile_split(profile, test_fraction, seed)
     shape = shape_features(profile.prompts)
     mean, std = shape[train].mean(axis=0), shape[train].std(axis=0)
     std = np.where(std > 0, std, 1.0)

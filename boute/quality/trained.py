@@ -20,7 +20,7 @@ from boute.data.builds import building
 from boute.errors import SpecError
 from boute.quality.multi import MULTI_FORMAT, MultiRouter, load_multi_router, train_multi_router
 from boute.quality.profiles import QualityProfile
-from boute.quality.router import ROUTER_FORMAT, Router, load_router, split_indices, train_router
+from boute.quality.router import ROUTER_FORMAT, Router, load_router, profile_split, train_router
 from boute.quality.static_embed import load_static
 
 
@@ -63,7 +63,7 @@ def ladder_fit(
         test = np.asarray(split["test_indices"], dtype=np.int64)
         train = np.setdiff1d(np.arange(len(profile)), test)
     else:  # trained on other data: every query of this profile is held out for it
-        test, train = np.arange(len(profile)), split_indices(len(profile), test_fraction, seed)[0]
+        test, train = np.arange(len(profile)), profile_split(profile, test_fraction, seed)[0]
     return LadderFit(router, train, test, Path(router_path), trained_here=False)
 
 
@@ -79,11 +79,12 @@ def trained_ladder(
     The router is the static-embedding one: it is what the plan ships to the gateway, which scores it in
     well under a millisecond per prompt (docs/quality.md). Training picks its regularisation by
     cross-validation (seconds)."""
-    key = json.dumps([ROUTER_FORMAT, "static", profile.content_hash, list(models), seed, test_fraction])
+    grouped = ["conversations"] if profile.conversation_groups() is not None else []  # another split: not reused
+    key = json.dumps([ROUTER_FORMAT, "static", profile.content_hash, list(models), seed, test_fraction, *grouped])
     path = Path(cache_dir or default_cache_dir()) / "routers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
     if path.is_file():
         try:
-            train, test = split_indices(len(profile), test_fraction, seed)
+            train, test = profile_split(profile, test_fraction, seed)
             return load_router(path, cache_dir), train, test, path
         except (SpecError, KeyError, ValueError, OSError):
             pass

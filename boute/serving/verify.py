@@ -142,8 +142,11 @@ def prefixed_messages(
     """The chat of each request of a workload whose prompts share prefixes (:mod:`boute.workload.prefixes`):
     its conversation's system prompt (text of the simulated length, the same text wherever it recurs,
     :func:`boute.workload.synthetic_text.text_of_tokens`), then, for a later turn, the previous turn's chat
-    and the answer its client got (``answers``), then its own prompt (:func:`replay_messages`). The gateway
-    routes on the last user message, so the route is the one the promise assumed."""
+    and the answer its client got (``answers``), then its own prompt (:func:`replay_messages`; a recorded next
+    turn, MT-Bench's turn 2 after its turn 1, as its prompt alone, the earlier turn being the chat before it).
+    The gateway routes on the last user message, so the route is the one the promise assumed. That message is
+    the profile's prompt of the query: for MT-Bench's turn 2 both questions, as the judges' files record it
+    and the router was trained on, so it repeats turn 1's question (tens of tokens) after the history."""
     from boute.workload.synthetic_text import text_of_tokens
 
     p = w.prefixes
@@ -165,7 +168,12 @@ def prefixed_messages(
             head = [{"role": "system", "content": systems[root]}]
         else:
             head = []
-        chats.append(head + replay_messages(profile, int(r)))
+        own = (
+            [{"role": "user", "content": profile.prompts[int(r)]}]  # the recorded next turn: its history is the head
+            if prev >= 0 and profile.continues(int(r), int(rows[prev]))
+            else replay_messages(profile, int(r))
+        )
+        chats.append(head + own)
     return chats
 
 

@@ -202,7 +202,9 @@ class Prediction(_Frozen):
     evaluator: str | None = None
     feasible: bool | None = None
     tier_shares: list[float] | None = Field(
-        None, description="share of the held-out prompts (the quality's) each tier answers at these thresholds"
+        None,
+        description="share of the requests each tier answers at these thresholds: of the scenario's simulated"
+        " request stream (evaluator sim), of the quality model's held-out prompts (evaluator fast)",
     )
     cached_token_share: float | None = Field(
         None, description="share of prompt tokens served from the replicas' prefix caches (simulated)"

@@ -14,7 +14,7 @@ import numpy as np
 from boute.data import data_path
 from boute.specs.scenario import Scenario
 from boute.workload.arrivals import read_trace, renewal_arrivals, trace_arrivals
-from boute.workload.prefixes import Prefixes, draw_prefixes
+from boute.workload.prefixes import Prefixes, RecordedTurns, draw_prefixes
 from boute.workload.profiles import ProfileLengths, profile_lengths
 
 
@@ -82,32 +82,80 @@ def profile_mean_lengths(scenario: Scenario) -> tuple[float, float] | None:
     return float(np.average(prof.input_tokens, weights=w)), float(np.average(prof.output_tokens, weights=w))
 
 
+def _scaled(x: np.ndarray, scale: float, cap: int) -> np.ndarray:
+    """Token lengths times the scenario's scale, rounded, in ``[1, cap]``."""
+    return np.clip(np.rint(np.asarray(x, dtype=float) * scale), 1, cap).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _RowLengths:
+    """A profile's lengths per row, scaled as the scenario's ``lengths`` say: what a request asking that row
+    prefills (``input``), answers (``output``, ``per_tier``) and, as a recorded conversation's next turn,
+    adds to the conversation (``own``)."""
+
+    input: np.ndarray
+    output: np.ndarray
+    per_tier: np.ndarray | None
+    own: np.ndarray
+    next_turn: np.ndarray | None
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> _RowLengths:
+        spec, prof = scenario.workload.lengths, _profile(scenario)
+        in_scale, out_scale = spec.scale * spec.input_scale, spec.scale * spec.output_scale
+        own = prof.input_tokens if prof.own_input_tokens is None else prof.own_input_tokens
+        per_tier = prof.tier_output_tokens
+        return cls(
+            _scaled(prof.input_tokens, in_scale, spec.max_input),
+            _scaled(prof.output_tokens, out_scale, spec.max_output),
+            None if per_tier is None else _scaled(per_tier, out_scale, spec.max_output),
+            _scaled(own, in_scale, spec.max_input),
+            prof.next_turn,
+        )
+
+
+def _draw_rows(scenario: Scenario, n: int, rng: np.random.Generator, pool: np.ndarray) -> np.ndarray:
+    """``n`` profile rows drawn with replacement from ``pool``, uniformly or in the scenario's ``workload.mix``."""
+    w = _row_weights(scenario)
+    if w is None:
+        return pool[rng.integers(0, len(pool), n)].astype(np.int64)
+    wp = w[pool]  # prompts drawn in the scenario's difficulty mix
+    return pool[rng.choice(len(pool), size=n, p=wp / wp.sum())].astype(np.int64)
+
+
+def _recorded_turns(scenario: Scenario, rl: _RowLengths, pool: np.ndarray) -> RecordedTurns | None:
+    """The profile's recorded next turns among ``pool``, where the scenario's conversations should ask them
+    (``workload.prefixes.conversations`` over a profile that records conversations, MT-Bench's two turns);
+    else None."""
+    pre = scenario.workload.prefixes
+    if pre is None or pre.conversations is None or rl.next_turn is None:
+        return None
+    nxt = np.where(np.isin(rl.next_turn, pool), rl.next_turn, -1)  # a next turn outside the pool is not asked
+    return RecordedTurns(nxt, rl.own, rl.output)
+
+
 def _lengths(
     scenario: Scenario,
     n: int,
     trace_rows: np.ndarray | None,
     rng: np.random.Generator,
     rows: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, RecordedTurns | None]:
     spec = scenario.workload.lengths
     base = scenario.source.parent if scenario.source is not None else None
-    pidx = np.full(n, -1, dtype=np.int64)
-    per_tier = None
     if spec.source == "profile":
-        prof = _profile(scenario)
-        pool = np.arange(len(prof.input_tokens)) if rows is None else np.asarray(rows, dtype=np.int64)
-        if pool.size == 0 or pool.min() < 0 or pool.max() >= len(prof.input_tokens):
-            raise ValueError(f"rows must be non-empty profile rows in [0, {len(prof.input_tokens)})")
-        w = _row_weights(scenario)
-        if w is None:
-            pidx = pool[rng.integers(0, len(pool), n)].astype(np.int64)
-        else:  # prompts drawn in the scenario's difficulty mix
-            wp = w[pool]
-            pidx = pool[rng.choice(len(pool), size=n, p=wp / wp.sum())].astype(np.int64)
-        inp, out = prof.input_tokens[pidx], prof.output_tokens[pidx]
-        if prof.tier_output_tokens is not None:
-            per_tier = prof.tier_output_tokens[pidx]
-    elif spec.source == "trace":
+        rl = _RowLengths.of(scenario)
+        pool = np.arange(len(rl.input)) if rows is None else np.asarray(rows, dtype=np.int64)
+        if pool.size == 0 or pool.min() < 0 or pool.max() >= len(rl.input):
+            raise ValueError(f"rows must be non-empty profile rows in [0, {len(rl.input)})")
+        turns = _recorded_turns(scenario, rl, pool)
+        if turns is not None and rl.next_turn is not None:  # conversations open on first turns (module doc)
+            firsts = pool[~np.isin(pool, rl.next_turn)]
+            pool = firsts if firsts.size else pool
+        pidx = _draw_rows(scenario, n, rng, pool)
+        per_tier = None if rl.per_tier is None else rl.per_tier[pidx]
+        return rl.input[pidx], rl.output[pidx], pidx, per_tier, turns
+    if spec.source == "trace":
         trace = read_trace(data_path(scenario.workload.arrivals.trace, base))
         rows = trace_rows if trace_rows is not None else rng.integers(0, len(trace.context_tokens), n)
         rows = rows % len(trace.context_tokens)
@@ -119,16 +167,12 @@ def _lengths(
         s = spec.sigma
         inp = rng.lognormal(np.log(spec.input_tokens) - s * s / 2, s, n)
         out = rng.lognormal(np.log(spec.output_tokens) - s * s / 2, s, n)
-
-    def scaled(x: np.ndarray, scale: float, cap: int) -> np.ndarray:
-        return np.clip(np.rint(np.asarray(x, dtype=float) * scale), 1, cap).astype(np.int64)
-
-    out_scale = spec.scale * spec.output_scale
     return (
-        scaled(inp, spec.scale * spec.input_scale, spec.max_input),
-        scaled(out, out_scale, spec.max_output),
-        pidx,
-        None if per_tier is None else scaled(per_tier, out_scale, spec.max_output),
+        _scaled(inp, spec.scale * spec.input_scale, spec.max_input),
+        _scaled(out, spec.scale * spec.output_scale, spec.max_output),
+        np.full(n, -1, dtype=np.int64),
+        None,
+        None,
     )
 
 
@@ -145,7 +189,10 @@ def build_workload(
     Trace arrivals replay the trace scaled to the rate (see :mod:`boute.workload.arrivals`); with
     ``lengths.source == "trace"`` each arrival keeps its own trace row's lengths. Profile lengths sample
     prompts with replacement (uniformly, or in the scenario's ``workload.mix``) from the profile rows
-    ``rows`` (default: all) and record the row in ``prompt_index``. The evaluators and ``boute verify``
+    ``rows`` (default: all) and record the row in ``prompt_index``; where the scenario's conversations run over
+    a profile that records them (MT-Bench), conversations open on first turns and a later turn asks its
+    conversation's recorded next question (:func:`boute.workload.prefixes.draw_prefixes`), with that question's
+    own answer lengths. The evaluators and ``boute verify``
     pass the quality model's held-out rows (:func:`replay_workload`), so a plan's latency is predicted
     and measured on one request stream routed as unseen prompts are.
     """
@@ -164,10 +211,16 @@ def build_workload(
         arrivals, trace_rows = trace_arrivals(read_trace(data_path(wl.arrivals.trace, base)), rate, duration)
     else:
         arrivals = renewal_arrivals(wl.arrivals.kind, rate, duration, wl.arrivals.cv, rng_arrivals)
-    inp, out, pidx, per_tier = _lengths(scenario, len(arrivals), trace_rows, rng_lengths, rows)
+    inp, out, pidx, per_tier, turns = _lengths(scenario, len(arrivals), trace_rows, rng_lengths, rows)
     prefixes = None
     if wl.prefixes is not None:  # the drawn prompt becomes each request's new text after what it shares
-        prefixes, inp = draw_prefixes(wl.prefixes, arrivals, inp, out, wl.lengths.max_input, rng_prefixes, pidx)
+        prefixes, inp, asked = draw_prefixes(
+            wl.prefixes, arrivals, inp, out, wl.lengths.max_input, rng_prefixes, pidx, turns
+        )
+        if turns is not None and (asked != pidx).any():  # recorded next turns: their own answers' lengths
+            rl = _RowLengths.of(scenario)
+            pidx, out = asked, rl.output[asked]
+            per_tier = None if rl.per_tier is None else rl.per_tier[asked]
     return Workload(arrivals.astype(np.float64), inp, out, pidx, rate, duration, per_tier, prefixes)
 
 

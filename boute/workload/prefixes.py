@@ -14,6 +14,10 @@ The drawing rules (``workload.prefixes`` of a scenario, :class:`boute.specs.scen
   mean ``think_s``), else it opens a new conversation. Turn k + 1's prompt is turn k's prompt, turn k's
   answer (its recorded length, ``output_tokens``) and a new question of the request's own drawn length.
   A conversation whose next prompt would pass ``lengths.max_input`` ends there; that request opens a new one.
+  Where the quality profile records conversations (MT-Bench: each question's turn 1 and turn 2), conversations
+  open on first turns and the next turn asks the recorded next question (:class:`RecordedTurns`): its own
+  prompt's tokens after the history, its own recorded answer; a turn with nothing recorded after it (a third
+  turn of MT-Bench) asks the question its request drew.
 - **system prompts**: a conversation opens with system prompt k (of ``count``, lengths uniform in
   ``[min_tokens, max_tokens]``) with probability proportional to ``k ** -zipf``.
 
@@ -146,6 +150,17 @@ class _Tree:
         return node
 
 
+@dataclass(frozen=True)
+class RecordedTurns:
+    """A quality profile's recorded conversations, per profile row: the row of the turn that follows it (-1
+    none) and the tokens of its own prompt (a later turn's, without the earlier turns the row's full context
+    holds). With them a conversation's next turn asks its recorded next question, not a fresh draw."""
+
+    next_row: np.ndarray  # int64 per profile row
+    own_tokens: np.ndarray  # int64 per profile row
+    answer_tokens: np.ndarray  # int64 per profile row: its recorded answer's length (the next turn repeats it)
+
+
 def draw_prefixes(
     spec: PrefixSpec,
     arrival_s: np.ndarray,
@@ -154,13 +169,19 @@ def draw_prefixes(
     max_input: int,
     rng: np.random.Generator,
     rows: np.ndarray | None = None,
-) -> tuple[Prefixes, np.ndarray]:
+    recorded: RecordedTurns | None = None,
+) -> tuple[Prefixes, np.ndarray, np.ndarray]:
     """The segment tree for requests arriving at ``arrival_s`` whose own new text is ``question_tokens`` long,
-    and each request's whole prompt length (module docstring for the rules). ``rows[i]``: the profile row
-    whose prompt request i asks (-1 or None: a text of its own); equal rows after equal segments are one
-    node, as their texts are one text (what a replica's cache hits when a prompt recurs), and so is the
-    answer to one node (each tier answers a prompt with one recorded text; :class:`Paths` names the tier)."""
+    each request's whole prompt length, and the profile row each request asks (module docstring for the
+    rules). ``rows[i]``: the profile row whose prompt request i asks (-1 or None: a text of its own); equal
+    rows after equal segments are one node, as their texts are one text (what a replica's cache hits when a
+    prompt recurs), and so is the answer to one node (each tier answers a prompt with one recorded text;
+    :class:`Paths` names the tier). With ``recorded``, a request that continues a conversation whose last turn
+    asked a row with a recorded next turn asks that row instead (its own prompt's tokens after the history):
+    MT-Bench's turn 2 after its own turn 1; where none is recorded it asks its drawn row, as without."""
     n = len(arrival_s)
+    asked = np.full(n, -1, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64).copy()
+    answers = np.asarray(answer_tokens, dtype=np.int64).copy()  # a recorded turn's own, once it is asked
     tree = _Tree()
     roots = _system_prompts(spec, tree, rng)
     popularity = None if not roots else np.arange(1, len(roots) + 1, dtype=float) ** -spec.system_prompts.zipf  # type: ignore[union-attr]
@@ -176,21 +197,27 @@ def draw_prefixes(
     due: list[tuple[float, int, int]] = []  # (due time, conversation, its last request)
     conversations = 0
     for i in range(n):
-        q = int(question_tokens[i])
+        drawn = (int(asked[i]), int(question_tokens[i]))
+        row, q = drawn
         prev = -1
         if due and due[0][0] <= arrival_s[i]:
             _, c, prev = heapq.heappop(due)
-            answer = answer_node[prev] = tree.child(int(prompt_node[prev]), "answer", int(answer_tokens[prev]), prev)
+            nxt = int(recorded.next_row[asked[prev]]) if recorded is not None and asked[prev] >= 0 else -1
+            if nxt >= 0:  # the conversation's recorded next question (its own prompt after the history)
+                row, q = nxt, int(recorded.own_tokens[nxt])  # type: ignore[union-attr]
+            answer = answer_node[prev] = tree.child(int(prompt_node[prev]), "answer", int(answers[prev]), prev)
             if tree.total[answer] + q > max_input:  # the context is full: this request opens a new conversation
                 answer_node[prev], prev = -1, -1
+                row, q = drawn
         if prev >= 0:
             conversation[i], turn[i] = c, turn[prev] + 1
             parent = int(answer_node[prev])
         else:
             conversation[i], conversations = conversations, conversations + 1
             parent = roots[int(opener[i])] if roots else -1
+        if row != asked[i]:
+            asked[i], answers[i] = row, recorded.answer_tokens[row]  # type: ignore[union-attr]
         room = max_input - (tree.total[parent] if parent >= 0 else 0)
-        row = int(rows[i]) if rows is not None and rows[i] >= 0 else -1
         prompt_node[i] = tree.child(parent, ("prompt", row) if row >= 0 else None, max(1, min(q, room)))
         if conv is not None and turn[i] < conv.turns:
             heapq.heappush(due, (float(arrival_s[i] + think[i]), int(conversation[i]), i))
@@ -204,7 +231,7 @@ def draw_prefixes(
         turn,
         np.asarray(tree.answer_of, dtype=np.int64),
     )
-    return prefixes, total[prompt_node]
+    return prefixes, total[prompt_node], asked
 
 
 def _system_prompts(spec: PrefixSpec, tree: _Tree, rng: np.random.Generator) -> list[int]:

@@ -15,6 +15,10 @@ is not enough: GPT-4's answers average 382 tokens, Mixtral's 285, so a cascade w
 every prompt was simulated with a sixth more decode on that tier than it runs. ``output_tokens`` is the mean over the
 tier models' responses (the single length the capacity rule and the load moments use); if none of them
 has a recorded response, the mean over all recorded responses, and the tiers share it.
+
+Where the profile records conversations (``QualityProfile.follows``), ``own_input_tokens`` counts each query's
+prompt alone (MT-Bench turn 2 without turn 1's answer) and ``next_turn`` names the query that follows: what a
+scenario's conversations ask as the next turn (:mod:`boute.workload.prefixes`).
 """
 
 from __future__ import annotations
@@ -39,17 +43,34 @@ class ProfileLengths:
     models: tuple[str, ...]  # whose responses were averaged
     #: int64 (rows, tiers): each requested model's own response length, where every one has responses
     tier_output_tokens: np.ndarray | None = None
+    #: int64 per row: tokens of the query's own prompt, without the earlier turns ``input_tokens`` counts
+    #: (what a recorded conversation's next turn adds to it); None: the same as ``input_tokens``
+    own_input_tokens: np.ndarray | None = None
+    #: int64 per row: the row of the recorded turn that follows it in its conversation, -1 none
+    #: (:meth:`QualityProfile.next_turns`); None: no query follows another
+    next_turn: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Counts:
+    served: np.ndarray  # tokens an engine prefills per row
+    own: np.ndarray | None  # tokens of the row's own prompt where that is less (earlier turns), else None
+    responses: dict[str, np.ndarray]
+    next_turn: np.ndarray | None
 
 
 @lru_cache(maxsize=8)
-def _profile_counts(path: Path, fmt: str, mtime_ns: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _profile_counts(path: Path, fmt: str, mtime_ns: int) -> _Counts:
     from boute.quality.profiles import load_profile
 
     profile = load_profile(path, fmt)
     cols = {"__prompt__": list(profile.served_prompts), **{f"r:{m}": list(t) for m, t in profile.responses.items()}}
+    if profile.contexts:
+        cols["__own__"] = list(profile.prompts)
     # the reader's version is in the key: a change of what it reads (MT-Bench contexts) is a cache miss
     counts = cached_counts([_READER_VERSION, profile.format, path.read_bytes()], cols)
-    return counts["__prompt__"], {m: counts[f"r:{m}"] for m in profile.responses}
+    nxt = profile.next_turns() if profile.conversation_groups() is not None else None
+    return _Counts(counts["__prompt__"], counts.get("__own__"), {m: counts[f"r:{m}"] for m in profile.responses}, nxt)
 
 
 def profile_lengths(
@@ -59,7 +80,8 @@ def profile_lengths(
     path = data_path(profile, base)
     if not path.is_file():
         raise SpecError(path, None, "quality profile not found")
-    prompt_counts, response_counts = _profile_counts(path.resolve(), fmt, path.stat().st_mtime_ns)
+    counts = _profile_counts(path.resolve(), fmt, path.stat().st_mtime_ns)
+    prompt_counts, response_counts = counts.served, counts.responses
     chosen = tuple(m for m in models if m in response_counts) or tuple(sorted(response_counts))
     if not chosen:
         raise SpecError(path, None, "the profile records no responses, so output lengths are unknown")
@@ -67,4 +89,6 @@ def profile_lengths(
     per_tier = None
     if models and all(m in response_counts for m in models):
         per_tier = np.maximum(np.stack([response_counts[m] for m in models], axis=1).astype(np.int64), 1)
-    return ProfileLengths(prompt_counts.copy(), np.maximum(out, 1), chosen, per_tier)
+    own = None if counts.own is None else counts.own.copy()
+    nxt = None if counts.next_turn is None else counts.next_turn.copy()
+    return ProfileLengths(prompt_counts.copy(), np.maximum(out, 1), chosen, per_tier, own, nxt)

@@ -114,4 +114,11 @@ def read_mtbench(path: Path, shown: str, scale: tuple[float, float] | None) -> Q
         responses=responses,
         query_ids=tuple(f"{q}/{t}" for q, t in keys),
         contexts=tuple(context.get(k, text[k]) for k in keys),
+        follows=_follows(keys),
     )
+
+
+def _follows(keys: list[tuple[str, int]]) -> tuple[int, ...]:
+    """Per row, the row of the same question's previous turn (-1 for turn 1, or where that turn is missing)."""
+    row = {k: i for i, k in enumerate(keys)}
+    return tuple(row.get((q, t - 1), -1) if t > 1 else -1 for q, t in keys)

@@ -52,6 +52,37 @@ class QualityProfile:
     dropped: tuple[str, ...] = ()
     #: an LLM judge's recorded scores of the answers (``jsonl`` written with ``--cascade-judge``), or None
     judge: JudgeRecord | None = None
+    #: per query, the row of the turn it follows in the same recorded conversation (MT-Bench turn 2: its
+    #: question's turn 1), -1 for a conversation's first turn; empty: every query stands alone
+    follows: tuple[int, ...] = ()
+
+    def continues(self, row: int, previous: int) -> bool:
+        """Whether query ``row`` is the recorded next turn of query ``previous`` (a conversation's turn 2 asked
+        after its own turn 1, as the profile's judges scored it)."""
+        return bool(self.follows) and previous >= 0 and self.follows[row] == previous
+
+    def next_turns(self) -> np.ndarray:
+        """int64 per query: the row of the recorded turn that follows it, -1 none (the inverse of ``follows``)."""
+        out = np.full(len(self.prompts), -1, dtype=np.int64)
+        for row, prev in enumerate(self.follows):
+            if prev >= 0:
+                out[prev] = row
+        return out
+
+    def conversation_groups(self) -> np.ndarray | None:
+        """int64 per query: the row that opens its recorded conversation (its own row for a query standing
+        alone); None where no query follows another. Why: a train/test split must keep a conversation's turns
+        together, since a later turn's prompt holds the earlier turns' text (MT-Bench's turn 2 repeats its
+        turn-1 question), so a split by query would train on text it then tests on."""
+        if not any(f >= 0 for f in self.follows):
+            return None
+        groups = np.empty(len(self.prompts), dtype=np.int64)
+        for row in range(len(self.prompts)):
+            first = row
+            while self.follows[first] >= 0:  # a turn follows one of a lower turn number: no cycle
+                first = self.follows[first]
+            groups[row] = first
+        return groups
 
     @property
     def served_prompts(self) -> tuple[str, ...]:
