@@ -116,7 +116,8 @@ class Metrics:
         self.affinity_routed = Counter(
             "boute_affinity_routed",
             "requests placed by the prefix-affinity rule, by tier and why: affinity (longest prefix), new_prefix "
-            "(rendezvous of its first block), imbalance or short_match (least load)",
+            "(rendezvous of its first block), imbalance or short_match (least load), bounded (the longest match's "
+            "holders at their bounded load: the next match within its bound)",
             ["tier", "reason"],
             registry=r,
         )

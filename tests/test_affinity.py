@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from boute.sim.affinity import (
     AFFINITY,
+    BOUNDED,
     IMBALANCE,
     NEW_PREFIX,
     SHORT_MATCH,
@@ -89,8 +90,11 @@ def test_the_longest_match_wins_ties_go_to_the_least_loaded_and_short_matches_to
     shared, rest = "S" * 48, "q" * 16
     index.record(prompt_keys(shared + rest, S).keys, "a")  # all four blocks
     index.record(prompt_keys(shared[:32], S).keys, "b")  # the first two
-    route = index.choose(prompt_keys(shared + rest + "more", S), ["a", "b", "c"], [3, 0, 0], [1, 1, 1])
+    route = index.choose(prompt_keys(shared + rest + "more", S), ["a", "b", "c"], [2, 2, 2], [1, 1, 1])
     assert (route.choice, route.reason, route.matched_chars) == (0, AFFINITY, 64)
+    # a's load beyond its bound, ceil(1.5 x (8 + 1) / 3) = 5, plus one: the next-longest match within its bound
+    route = index.choose(prompt_keys(shared + rest + "more", S), ["a", "b", "c"], [6, 1, 1], [1, 1, 1])
+    assert (route.choice, route.reason, route.matched_chars) == (1, BOUNDED, 32)
     index.record(prompt_keys(shared + rest, S).keys, "c")
     route = index.choose(prompt_keys(shared + rest, S), ["a", "b", "c"], [3, 0, 1], [1, 1, 1])
     assert (route.choice, route.reason) == (2, AFFINITY)  # a and c tie at four blocks: c has fewer outstanding

@@ -12,7 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boute.sim import simulate
-from boute.sim.affinity import IMBALANCE, NEW_PREFIX, REASONS, SHORT_MATCH, AffinityIndex, block_tokens, path_keys
+from boute.sim.affinity import (
+    BOUNDED,
+    IMBALANCE,
+    NEW_PREFIX,
+    REASONS,
+    SHORT_MATCH,
+    AffinityIndex,
+    block_tokens,
+    path_keys,
+)
 from boute.sim.balance import AffinityBalancer
 from boute.sim.replica import SimReplica
 from boute.specs import Plan
@@ -136,7 +145,8 @@ def test_every_next_turn_goes_to_the_previous_turns_replica_unless_the_tier_was_
 ) -> None:
     """With blocks of 16 tokens (every first turn spans one) and no shortest match, a turn k + 1 matches turn
     k's prompt where that text was served (turn k's replica, or another conversation's with the same first
-    prompt), so it goes there; only the imbalance fallback sends it elsewhere (counted: a few)."""
+    prompt), so it goes there; only the imbalance fallback or the holder's bounded load sends it elsewhere
+    (counted: a few; 22 of 454 here, all by the bound)."""
     sc, w = conversations
     on = simulate(_plan(4, {"block_chars": 64, "min_match": 0.0}), sc, w)
     assert on.affinity_reason is not None
@@ -144,7 +154,7 @@ def test_every_next_turn_goes_to_the_previous_turns_replica_unless_the_tier_was_
     assert min(int(w.input_tokens[j]) for j in previous.values()) >= 16
     homes = _homes(w, on.replica, previous)
     moved = [i for i in previous if int(on.replica[i]) not in homes[i]]
-    fell_back = [i for i in previous if REASONS[on.affinity_reason[i]] == IMBALANCE]
+    fell_back = [i for i in previous if REASONS[on.affinity_reason[i]] in (IMBALANCE, BOUNDED)]
     assert set(moved) <= set(fell_back)
     assert len(fell_back) <= len(previous) // 10
     assert not any(REASONS[on.affinity_reason[i]] in (NEW_PREFIX, SHORT_MATCH) for i in previous)

@@ -37,7 +37,14 @@ and :meth:`AffinityIndex.forget` moves the generation on.
    its next choice instead of piling onto one replica;
 3. *short_match*: when the ``D`` matched blocks cover less than ``min_match`` of the hashed characters, least
    load decides;
-4. *affinity*: otherwise the replica with ``d_r = D``, ties to the fewest ``(o_r + 1) / w_r``.
+4. *affinity*: otherwise the replica with ``d_r = D``, ties to the fewest ``(o_r + 1) / w_r``, within the same
+   bounded load as 2 with one request of slack: replicas are taken deepest match first (ties: fewest
+   ``(o_r + 1) / w_r``) and the first with ``o_r <= ceil(c (O + 1) w_r / W)`` wins; where that is not one of
+   the deepest, the reason is *bounded*. So no replica holds more than ``ceil(c (O + 1) w_r / W) + 1``
+   however popular its prefixes: a hot system prompt spreads to a second replica (which then holds it too)
+   instead of piling up, and a replica added to the tier takes the overflow. The slack keeps a closed loop of
+   a request or two per replica where it is (without it, a holder with one request in flight while the rest
+   of the tier is idle is already beyond ``ceil(c (O + 1) w_r / W)`` and would pass its prefixes around).
 
 Whichever rule chose, the chosen replica is recorded for all the prompt's keys.
 
@@ -73,7 +80,9 @@ from boute.specs.balancing import Affinity
 #: why a request went to its replica: by its prefix, a new prefix's rendezvous choice, or least load because
 #: the tier was imbalanced or the match too short (the gateway's ``boute_affinity_routed{reason}``)
 AFFINITY, NEW_PREFIX, IMBALANCE, SHORT_MATCH = "affinity", "new_prefix", "imbalance", "short_match"
-REASONS = (AFFINITY, NEW_PREFIX, IMBALANCE, SHORT_MATCH)
+#: the replicas holding the longest match were at their bounded load: the next-longest match within its bound
+BOUNDED = "bounded"
+REASONS = (AFFINITY, NEW_PREFIX, IMBALANCE, SHORT_MATCH, BOUNDED)
 #: replicas remembered per block, most recent last: a prefix replicated by load fallbacks stays on a few
 #: replicas, and matching stays O(blocks x PER_KEY)
 PER_KEY = 4
@@ -166,6 +175,18 @@ def rendezvous(key: bytes, names: Sequence[str], outstanding: Sequence[int], wei
     return order[0]  # unreachable (one always qualifies); kept total for float edge cases
 
 
+def bounded_pick(depth: Sequence[int], outstanding: Sequence[int], weights: Sequence[float], c: float) -> int:
+    """The replica holding the longest match whose load stays within its bound (module docstring, 4): replicas
+    in order of match depth, deepest first, ties to the fewest ``(o_r + 1) / w_r``; the first with
+    ``o_r <= ceil(c (O + 1) w_r / W)`` wins (one always does)."""
+    cap = c * (sum(outstanding) + 1) / sum(weights)
+    order = sorted(range(len(depth)), key=lambda j: (-depth[j], (outstanding[j] + 1) / weights[j]))
+    for j in order:
+        if outstanding[j] <= math.ceil(cap * weights[j] - 1e-9):
+            return j
+    return order[0]  # unreachable (one always qualifies); kept total for float edge cases
+
+
 def _score(key: bytes, name: str, weight: float) -> float:
     """``-w / ln u``, ``u`` in (0, 1) a hash of (key, replica): the largest wins with probability ``w / W``."""
     h = int.from_bytes(hashlib.blake2b(key + name.encode(), digest_size=8).digest(), "little")
@@ -223,11 +244,10 @@ class AffinityIndex:
         matched = min(deepest * s.block_chars, keys.chars)
         if matched < s.min_match * keys.chars:
             return Route(None, SHORT_MATCH, matched)
-        best, best_load = 0, math.inf
-        for j, d in enumerate(depth):
-            if d == deepest and (outstanding[j] + 1) / weights[j] < best_load:
-                best, best_load = j, (outstanding[j] + 1) / weights[j]
-        return Route(best, AFFINITY, matched)
+        j = bounded_pick(depth, outstanding, weights, s.balance_rel)
+        if depth[j] == deepest:
+            return Route(j, AFFINITY, matched)
+        return Route(j, BOUNDED, min(depth[j] * s.block_chars, keys.chars))
 
     def record(self, keys: Sequence[bytes], name: str) -> None:
         """``name`` served a prompt with these keys: it becomes their most recent replica, the keys the most
