@@ -20,8 +20,8 @@ prompt tokens; in a cascade every hop a request reaches prefills it (and generat
 
 **Approximate, stated plainly.** No eviction (each replica's KV pool is taken to hold what the run shares);
 requests of one prefix in flight together both miss on real engines, here the later one hits; affinity's
-yielding to least load under imbalance is ignored (it always keeps a prefix together); replicas of unequal
-capacity count as equal in ``R``. ``python -m bench expected_hits`` measures the estimate against the
+yielding to load (imbalance, a holder at its bounded load) is ignored (it always keeps a prefix together);
+replicas of unequal capacity count as equal in ``R``. ``python -m bench expected_hits`` measures the estimate against the
 simulator's cached share on random plans.
 """
 
