@@ -281,12 +281,9 @@ class Space:
         return float(sum(r * c.gpus * p.price for p, c, r in zip(self.pairs, cfg, reps, strict=True)))
 
     def _repair(self, fr: np.ndarray, cfg: list[Config], reps: list[int]) -> list[int]:
-        """(1) each GPU type's inventory, (2) the budget, (3) a replica for every tier with load (module doc).
-
-        (1) and (2) take one replica at a time from the group using most (of the type's GPUs; of the budget,
-        sparing each tier's last replica while possible), ties to the lowest pair index: a uniform point of a
-        480-GPU box takes hundreds of rounds, so each round is a few vector operations over the pairs (the
-        greedy and its ties as before: `np.argmax` takes the first of equal values)."""
+        """(1) each GPU type's inventory, taking one replica at a time from the group using most of its GPUs
+        (ties to the lowest pair index); (2) the budget (:meth:`_fit_budget`); (3) a replica for every tier
+        with load (module doc)."""
         pairs = self.pairs
         r = np.asarray(reps, dtype=np.int64)
         gpus = np.array([c.gpus for c in cfg], dtype=np.int64)

@@ -79,7 +79,7 @@ def trained_ladder(
     The router is the static-embedding one: it is what the plan ships to the gateway, which scores it in
     well under a millisecond per prompt (docs/quality.md). Training picks its regularisation by
     cross-validation (seconds)."""
-    grouped = ["conversations"] if profile.conversation_groups() is not None else []  # another split: not reused
+    grouped = ["conversations"] if profile.records_conversations else []  # another split: not reused
     key = json.dumps([ROUTER_FORMAT, "static", profile.content_hash, list(models), seed, test_fraction, *grouped])
     path = Path(cache_dir or default_cache_dir()) / "routers" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
     if path.is_file():

@@ -164,27 +164,30 @@ def overloaded(load: float, least: float, settings: Affinity) -> bool:
     return load - least > settings.balance_abs and load > settings.balance_rel * least
 
 
+def first_within_bound(
+    order: Sequence[int], outstanding: Sequence[int], weights: Sequence[float], c: float, slack: int
+) -> int:
+    """The first replica of ``order`` within its bounded load, ``o_r + 1 <= ceil(c (O + 1) w_r / W) + slack``
+    (consistent hashing with bounded loads; module docstring, 2 and 4). One always qualifies, as
+    ``sum_r ceil(c (O + 1) w_r / W) >= c (O + 1) > O``; the fallback keeps the function total on float edges."""
+    cap = c * (sum(outstanding) + 1) / sum(weights)
+    for j in order:
+        if outstanding[j] + 1 <= math.ceil(cap * weights[j] - 1e-9) + slack:
+            return j
+    return order[0]
+
+
 def rendezvous(key: bytes, names: Sequence[str], outstanding: Sequence[int], weights: Sequence[float], c: float) -> int:
     """The position of ``key``'s replica by weighted rendezvous hashing with bounded load (module docstring, 2)."""
-    total_w = sum(weights)
-    cap = c * (sum(outstanding) + 1) / total_w
     order = sorted(range(len(names)), key=lambda j: _score(key, names[j], weights[j]), reverse=True)
-    for j in order:
-        if outstanding[j] + 1 <= math.ceil(cap * weights[j] - 1e-9):
-            return j
-    return order[0]  # unreachable (one always qualifies); kept total for float edge cases
+    return first_within_bound(order, outstanding, weights, c, slack=0)
 
 
 def bounded_pick(depth: Sequence[int], outstanding: Sequence[int], weights: Sequence[float], c: float) -> int:
-    """The replica holding the longest match whose load stays within its bound (module docstring, 4): replicas
-    in order of match depth, deepest first, ties to the fewest ``(o_r + 1) / w_r``; the first with
-    ``o_r <= ceil(c (O + 1) w_r / W)`` wins (one always does)."""
-    cap = c * (sum(outstanding) + 1) / sum(weights)
+    """The replica holding the longest match whose load stays within its bound, one request of slack (module
+    docstring, 4): replicas in order of match depth, deepest first, ties to the fewest ``(o_r + 1) / w_r``."""
     order = sorted(range(len(depth)), key=lambda j: (-depth[j], (outstanding[j] + 1) / weights[j]))
-    for j in order:
-        if outstanding[j] <= math.ceil(cap * weights[j] - 1e-9):
-            return j
-    return order[0]  # unreachable (one always qualifies); kept total for float edge cases
+    return first_within_bound(order, outstanding, weights, c, slack=1)
 
 
 def _score(key: bytes, name: str, weight: float) -> float:

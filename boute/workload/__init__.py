@@ -140,7 +140,9 @@ def _lengths(
     trace_rows: np.ndarray | None,
     rng: np.random.Generator,
     rows: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, RecordedTurns | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, _RowLengths | None, RecordedTurns | None]:
+    """Each request's prompt and answer tokens, its profile row (-1 none), the profile's per-row lengths (None
+    for other length sources) and its recorded next turns (None: none asked)."""
     spec = scenario.workload.lengths
     base = scenario.source.parent if scenario.source is not None else None
     if spec.source == "profile":
@@ -153,8 +155,7 @@ def _lengths(
             firsts = pool[~np.isin(pool, rl.next_turn)]
             pool = firsts if firsts.size else pool
         pidx = _draw_rows(scenario, n, rng, pool)
-        per_tier = None if rl.per_tier is None else rl.per_tier[pidx]
-        return rl.input[pidx], rl.output[pidx], pidx, per_tier, turns
+        return rl.input[pidx], rl.output[pidx], pidx, rl, turns
     if spec.source == "trace":
         trace = read_trace(data_path(scenario.workload.arrivals.trace, base))
         rows = trace_rows if trace_rows is not None else rng.integers(0, len(trace.context_tokens), n)
@@ -211,16 +212,15 @@ def build_workload(
         arrivals, trace_rows = trace_arrivals(read_trace(data_path(wl.arrivals.trace, base)), rate, duration)
     else:
         arrivals = renewal_arrivals(wl.arrivals.kind, rate, duration, wl.arrivals.cv, rng_arrivals)
-    inp, out, pidx, per_tier, turns = _lengths(scenario, len(arrivals), trace_rows, rng_lengths, rows)
+    inp, out, pidx, rl, turns = _lengths(scenario, len(arrivals), trace_rows, rng_lengths, rows)
     prefixes = None
     if wl.prefixes is not None:  # the drawn prompt becomes each request's new text after what it shares
         prefixes, inp, asked = draw_prefixes(
             wl.prefixes, arrivals, inp, out, wl.lengths.max_input, rng_prefixes, pidx, turns
         )
-        if turns is not None and (asked != pidx).any():  # recorded next turns: their own answers' lengths
-            rl = _RowLengths.of(scenario)
-            pidx, out = asked, rl.output[asked]
-            per_tier = None if rl.per_tier is None else rl.per_tier[asked]
+        if turns is not None:  # recorded next turns asked: their own answers' lengths
+            pidx, out = asked, turns.answer_tokens[asked]
+    per_tier = None if rl is None or rl.per_tier is None else rl.per_tier[pidx]
     return Workload(arrivals.astype(np.float64), inp, out, pidx, rate, duration, per_tier, prefixes)
 
 

@@ -69,7 +69,7 @@ def _profile_counts(path: Path, fmt: str, mtime_ns: int) -> _Counts:
         cols["__own__"] = list(profile.prompts)
     # the reader's version is in the key: a change of what it reads (MT-Bench contexts) is a cache miss
     counts = cached_counts([_READER_VERSION, profile.format, path.read_bytes()], cols)
-    nxt = profile.next_turns() if profile.conversation_groups() is not None else None
+    nxt = profile.next_turns() if profile.records_conversations else None
     return _Counts(counts["__prompt__"], counts.get("__own__"), {m: counts[f"r:{m}"] for m in profile.responses}, nxt)
 
 

@@ -56,6 +56,11 @@ class QualityProfile:
     #: question's turn 1), -1 for a conversation's first turn; empty: every query stands alone
     follows: tuple[int, ...] = ()
 
+    @property
+    def records_conversations(self) -> bool:
+        """Whether some query is the recorded next turn of another (MT-Bench's turn 2)."""
+        return any(f >= 0 for f in self.follows)
+
     def continues(self, row: int, previous: int) -> bool:
         """Whether query ``row`` is the recorded next turn of query ``previous`` (a conversation's turn 2 asked
         after its own turn 1, as the profile's judges scored it)."""
@@ -74,7 +79,7 @@ class QualityProfile:
         alone); None where no query follows another. Why: a train/test split must keep a conversation's turns
         together, since a later turn's prompt holds the earlier turns' text (MT-Bench's turn 2 repeats its
         turn-1 question), so a split by query would train on text it then tests on."""
-        if not any(f >= 0 for f in self.follows):
+        if not self.records_conversations:
             return None
         groups = np.empty(len(self.prompts), dtype=np.int64)
         for row in range(len(self.prompts)):
