@@ -71,6 +71,23 @@ def test_projection_is_the_same_with_its_cache_and_shared_by_plans_with_one_rout
         assert np.array_equal(scr.project(x)[0][: sp.n_routing], scr.project(y)[0][: sp.n_routing])
 
 
+def test_admit_remembers_its_verdicts_and_still_counts_each_point(builtin) -> None:
+    """A point admitted again gets what a fresh screen says of it (projection, plan, reason), and each
+    admission is counted, remembered or not."""
+    sp, ev, _ = builtin
+    scr = Screen.build(sp, ev.quality_model)
+    fresh = Screen.build(sp, ev.quality_model)
+    rng = np.random.default_rng(5)
+    xs = [rng.random(sp.dim) for _ in range(60)]
+    for x in [*xs, *xs[::-1]]:
+        xp, cand, why = scr.admit(x.copy(), pool=True)
+        fresh._admitted.clear()
+        xf, cf, wf = fresh.admit(x, pool=True)
+        assert np.array_equal(xp, xf) and cand == cf and why == wf
+    assert scr.pool == fresh.pool and scr.pool.seen == 120
+    assert len(scr._admitted) == 60 and scr.search.seen == 0
+
+
 def _assert_bound_holds(sp: Space, ev, scr: Screen, n: int) -> tuple[int, int]:
     rng = np.random.default_rng(1)
     removed = stable = 0

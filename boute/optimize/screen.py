@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 #: tokens in one large prefill pass used for the best-case per-token prefill cost (a big chunk amortises
 #: the per-step overhead, which is what makes the bound optimistic)
 PREFILL_TOKENS = 16384
+#: verdicts :meth:`Screen.admit` keeps (a few hundred bytes each); past this many they are forgotten at once
+ADMITTED_KEPT = 100_000
 #: bisection steps on the projection segment (2^-20 of the segment: far below one held-out query's share)
 PROJECT_STEPS = 20
 
@@ -122,6 +124,11 @@ class Screen:
     #: projected routing dims by the proposed routing dims' bytes: a pool's local moves mostly change the
     #: deployment only, so hundreds of its points share one routing and one bisection
     _proj: dict[bytes, tuple[np.ndarray, bool]] = field(default_factory=dict, repr=False)
+    #: :meth:`admit`'s verdicts by the proposed point's bytes: a search's pools are rebuilt around the same
+    #: incumbent step after step, so their neighbours repeat (27% of the 480-GPU fleet's 41,000 pool points)
+    _admitted: dict[bytes, tuple[np.ndarray, Candidate, bool, str | None, str | None]] = field(
+        default_factory=dict, repr=False
+    )
 
     @classmethod
     def build(
@@ -243,10 +250,20 @@ class Screen:
     # ---- both ---------------------------------------------------------------------------------------
     def admit(self, x: np.ndarray, pool: bool = False) -> tuple[np.ndarray, Candidate, str | None]:
         """Project ``x``, decode it and screen the plan: ``(x projected, candidate, why removed or None)``,
-        counted in :attr:`search` (a proposal) or :attr:`pool` (``pool``: an acquisition candidate)."""
-        xp, moved = self.project(x)
-        cand = self.space.decode(xp)
-        removed, why = self._removed(cand)
+        counted in :attr:`search` (a proposal) or :attr:`pool` (``pool``: an acquisition candidate). A point
+        seen before gets its remembered verdict (all three steps are pure functions of ``x``) and is counted
+        again. The projected point is shared with the memo: callers copy it before writing to it."""
+        x = np.asarray(x, dtype=float).reshape(-1)
+        key = x.tobytes()
+        hit = self._admitted.get(key)
+        if hit is None:
+            xp, moved = self.project(x)
+            cand = self.space.decode(xp)
+            removed, why = self._removed(cand)
+            if len(self._admitted) > ADMITTED_KEPT:
+                self._admitted.clear()
+            hit = self._admitted[key] = (xp, cand, moved, removed, why)
+        xp, cand, moved, removed, why = hit
         if pool:
             self.pool = self.pool.after(moved, removed)
         else:
