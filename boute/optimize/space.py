@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from boute.errors import InfeasibleError
+from boute.optimize.repair import fit_budget, fit_inventory
 from boute.specs import ReplicaGroup, Scenario
 
 #: Routing shares at or below this are floating-point residue of stick-breaking, not load: shares that sum to 1
@@ -257,45 +258,18 @@ class Space:
             out[p.tier] += r
         return out
 
-    def _fit_budget(self, r: np.ndarray, gpus: np.ndarray) -> None:
-        """Repair (2), in place: while the plan costs more than the budget, take one replica from the group that
-        spends most (``replicas x GPUs x price``), sparing each tier's last replica while any tier has two, ties
-        to the lowest index (``np.argmax`` takes the first of equal values). A uniform point of a 480-GPU box
-        takes hundreds of rounds, so a round is a few vector operations over the pairs (fleet-8x60: 1.47 ->
-        1.19 ms a decode, the same plan for each of 21,000 random points of 14 scenarios). Spend terms are
-        formed and summed as :meth:`_cost` does, so every comparison is the same float as before."""
-        price, tier = self._pair_price, self._pair_tier
-        per_tier = np.bincount(tier, weights=r, minlength=len(self.scenario.tiers))
-        while True:
-            spend = (r * gpus) * price
-            if sum(spend.tolist()) <= self.budget + 1e-9:
-                return
-            live = r > 0
-            spare = live & (per_tier[tier] > 1)
-            i = int(np.argmax(np.where(spare if spare.any() else live, spend, -np.inf)))
-            r[i] -= 1
-            per_tier[tier[i]] -= 1
-
     def _cost(self, cfg: list[Config], reps: list[int]) -> float:
         """$/h of ``reps`` replicas per pair at configs ``cfg``: sum of replicas x GPUs per replica x price."""
         return float(sum(r * c.gpus * p.price for p, c, r in zip(self.pairs, cfg, reps, strict=True)))
 
     def _repair(self, fr: np.ndarray, cfg: list[Config], reps: list[int]) -> list[int]:
-        """(1) each GPU type's inventory, taking one replica at a time from the group using most of its GPUs
-        (ties to the lowest pair index); (2) the budget (:meth:`_fit_budget`); (3) a replica for every tier
-        with load (module doc)."""
+        """(1) each GPU type's inventory and (2) the budget (:mod:`boute.optimize.repair`); (3) a replica for
+        every tier with load (module doc)."""
         pairs = self.pairs
         r = np.asarray(reps, dtype=np.int64)
         gpus = np.array([c.gpus for c in cfg], dtype=np.int64)
-        # (1) inventory per GPU type
-        for g, inv in self.inventory.items():
-            idx = self._pairs_on[g]
-            used = int((r[idx] * gpus[idx]).sum())
-            while used > inv:
-                i = idx[int(np.argmax(r[idx] * gpus[idx]))]
-                r[i] -= 1
-                used -= int(gpus[i])
-        self._fit_budget(r, gpus)
+        fit_inventory(r, gpus, self._pairs_on, self.inventory)
+        fit_budget(r, gpus, self._pair_price, self._pair_tier, len(self.scenario.tiers), self.budget)
         reps = r.tolist()
         # (3) every tier with load needs a replica: add the cheapest one that fits the remaining limits
         for ti in self.active_tiers:
