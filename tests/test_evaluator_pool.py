@@ -58,3 +58,50 @@ def test_a_pool_of_one_runs_in_process(scenario: Scenario) -> None:
         assert pool._pool is None
         assert len(pool.map(_candidates(scenario, 3, seed=2))) == 3
         assert pool._pool is None  # no process was spawned
+
+
+def test_workers_give_the_prior_figures_this_process_computes(scenario: Scenario) -> None:
+    """:meth:`EvaluatorPool.prior_p95`: the workers' fast path, built on their own quality model and the search's
+    stream, gives each plan the very P95 the search's prior gives it here, in the order asked."""
+    ev = make_evaluator("sim", scenario, seed=0)
+    fast = make_evaluator("fast", scenario, seed=0, quality_model=ev.quality_model, workload=ev.workload)
+    cands = _candidates(scenario, 31, seed=5)
+    with EvaluatorPool(ev, scenario, 0, workers=2) as pool:
+        got = pool.prior_p95(cands)
+    assert got == [fast(c).p95_latency_s for c in cands]
+    assert len(set(got)) > 5  # distinct plans, distinct figures: an order mix-up would show
+
+
+def test_a_search_makes_the_same_trials_with_its_prior_in_the_workers(
+    scenario: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simulator search whose pools' prior figures are computed by the evaluation workers (every pool, however
+    small, here) proposes the same plans in the same order as one computing them itself."""
+    import boute.optimize.session as session
+    import boute.optimize.surrogates.prior as prior
+    from boute.optimize.settings import SearchSettings
+
+    calls: list[int] = []
+    real = EvaluatorPool.prior_p95
+
+    def counted(self: EvaluatorPool, cands: list[Candidate]) -> list[float]:
+        calls.append(len(cands))
+        return real(self, cands)
+
+    monkeypatch.setattr(EvaluatorPool, "prior_p95", counted)
+    monkeypatch.setattr(prior, "MANY_FROM", 1)
+
+    def search() -> list[str]:
+        ev = make_evaluator("sim", scenario, seed=0)
+        fast = make_evaluator("fast", scenario, seed=0, quality_model=ev.quality_model, workload=ev.workload)
+        settings = SearchSettings(max_evals=24, patience=None, batch=4, workers=2, confirm=False)
+        out = session.optimize(scenario, settings, session.SearchRuntime(evaluator=ev, prior=fast))
+        return [t.candidate.key() for t in out.trials]
+
+    in_workers = search()
+    assert calls and sum(calls) > 100  # the prior did go to the workers, every step
+    monkeypatch.setattr(session, "_idle_while_proposing", lambda pool, settings: False)
+    n = len(calls)
+    here = search()
+    assert len(calls) == n  # ... and here it did not
+    assert in_workers == here and len(here) >= 24  # (screened trials among them cost no evaluation)

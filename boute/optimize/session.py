@@ -116,6 +116,8 @@ def optimize(scenario: Scenario, settings: SearchSettings, runtime: SearchRuntim
     # never converged inside the initial design, nor before a warm start's first evaluation of its own
     min_trials = max(parts.strategy.n_init, opened.warm) + 1
     with _pool(parts.evaluator, scenario, settings) as pool:
+        if _idle_while_proposing(pool, settings):
+            parts.strategy.use_prior_many(pool.prior_p95)
         clock.add("setup", time.perf_counter() - t_setup)
         done = run_search(
             parts.space,
@@ -160,6 +162,17 @@ def _pool(evaluator: Evaluator, scenario: Scenario, settings: SearchSettings) ->
     if settings.ray_address is None:
         return EvaluatorPool(evaluator, scenario, settings.seed, workers=settings.workers)
     return RayEvaluatorPool(evaluator, scenario, settings.seed, address=settings.ray_address, workers=settings.workers)
+
+
+def _idle_while_proposing(pool: EvaluatorPool | RayEvaluatorPool, settings: SearchSettings) -> bool:
+    """Whether ``pool``'s local workers wait while the strategy proposes (no overlap) and can compute its prior
+    (:meth:`EvaluatorPool.prior_p95`): then a pool's thousands of prior figures use every core, not one."""
+    return (
+        isinstance(pool, EvaluatorPool)
+        and pool.workers > 1
+        and pool.evaluator.quality_model is not None
+        and not (settings.pipeline and settings.overlap)
+    )
 
 
 def _outcome(parts: _Parts, done: list[Trial], opened: Opened, clock: SearchClock) -> Outcome:

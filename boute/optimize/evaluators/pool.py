@@ -34,6 +34,8 @@ from boute.specs import Scenario
 from boute.workload import Workload
 
 _worker_evaluator: Evaluator | None = None
+_worker_spec: EvaluatorSpec | None = None
+_worker_prior: Evaluator | None = None
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -88,7 +90,8 @@ class EvaluatorSpec:
 
 
 def _init(spec: EvaluatorSpec, parent: int) -> None:
-    global _worker_evaluator
+    global _worker_evaluator, _worker_spec
+    _worker_spec = spec
     _exit_with_parent(parent)
     # one core per worker: the pool is the parallelism. Said through the environment, which torch reads when
     # it is first imported, not by importing torch here: the fast and sim evaluators never need it, and its
@@ -111,6 +114,24 @@ def attempt(evaluator: Evaluator, cand: Candidate) -> EvalResult | BouteError:
 def _evaluate(cand: Candidate) -> EvalResult | BouteError:
     assert _worker_evaluator is not None
     return attempt(_worker_evaluator, cand)
+
+
+def _prior_p95(cands: Sequence[Candidate]) -> list[float]:
+    """The fast path's P95 of each of ``cands``, in a worker: the search's prior (:meth:`EvaluatorPool.prior_p95`),
+    built on first use on the worker's own quality model and the search's stream, as the search builds it."""
+    global _worker_prior
+    assert _worker_evaluator is not None and _worker_spec is not None
+    if _worker_prior is None:
+        spec = _worker_spec
+        _worker_prior = make_evaluator(
+            "fast",
+            rebuilt(*spec.scenario),
+            spec.mode,
+            spec.seed,
+            quality_model=_worker_evaluator.quality_model,
+            workload=spec.workload,
+        )
+    return [float(_worker_prior(c).p95_latency_s) for c in cands]
 
 
 def _ready() -> bool:
@@ -221,6 +242,27 @@ class EvaluatorPool:
         except BrokenProcessPool as exc:  # a worker died or its initialiser raised (its reason is on stderr)
             self._pool = None
             raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+
+    def prior_p95(self, cands: Sequence[Candidate]) -> list[float]:
+        """The fast path's P95 of each of ``cands`` (seconds, in order), computed by the workers in one chunk
+        each: the prior of a simulator search (:class:`~boute.optimize.surrogates.prior.PriorLatency`) scores a
+        candidate pool of thousands of plans (the 480-GPU fleet's: ~1,600 new ones a step, ~20 s of one core
+        over a search) while the workers wait for the next batch. The workers' fast path is built as the
+        search's (the same quality model, the same stream), so the figures are the ones this process would
+        compute. Only for a pool with workers whose evaluator scores routing with an exact quality model."""
+        if self.workers <= 1 or self.evaluator.quality_model is None:
+            raise ValueError("prior_p95 needs worker processes and an evaluator with an exact quality model")
+        n = self.workers
+        chunks = [list(cands[i::n]) for i in range(n)]
+        try:
+            got = [f.result() for f in [self._executor().submit(_prior_p95, c) for c in chunks]]
+        except BrokenProcessPool as exc:
+            self._pool = None
+            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+        out = [0.0] * len(cands)
+        for i, vals in enumerate(got):
+            out[i::n] = vals
+        return out
 
     def close(self) -> None:
         """Stop the workers (idempotent)."""

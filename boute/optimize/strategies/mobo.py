@@ -169,6 +169,11 @@ class MoboStrategy(Strategy):
         if self._gp_design is not None:
             self._gp_design.use_clock(clock)
 
+    def use_prior_many(self, p95_many: Callable[[Sequence[Candidate]], Sequence[float]]) -> None:
+        """Score each pool's new plans by the prior through ``p95_many`` (:meth:`PriorLatency.use_many`)."""
+        if self.prior is not None:
+            self.prior.use_many(p95_many)
+
     def bind(self, evaluator: Evaluator) -> None:
         """Take the exact quality function from the evaluator (``run_search`` calls this)."""
         if self.quality_fn is None:

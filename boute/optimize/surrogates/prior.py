@@ -22,6 +22,10 @@ from boute.optimize.surrogates.exact import lookup, pointwise
 if TYPE_CHECKING:
     from botorch.models.model import Model
 
+#: new plans from which a pool's prior goes to the batch function (:meth:`PriorLatency.use_many`): below it,
+#: handing them to worker processes costs more than it saves (a plan of the built-in scenario takes ~0.2 ms)
+MANY_FROM = 256
+
 
 class PriorLatency:
     """``m(x)``, the prior evaluator's clipped ``-log P95``, cached per plan (module doc)."""
@@ -32,20 +36,46 @@ class PriorLatency:
         self.space = space
         self.clip_factor = clip_factor
         self._cache: dict[str, float] = {}
+        #: the P95 of many candidates at once (:meth:`use_many`), or None: one at a time with ``p95``
+        self._many: Callable[[Sequence[Candidate]], Sequence[float]] | None = None
+
+    def use_many(self, p95_many: Callable[[Sequence[Candidate]], Sequence[float]]) -> None:
+        """Compute a pool's new plans with ``p95_many`` (the same figures as ``p95``, e.g. by worker
+        processes: :meth:`boute.optimize.evaluators.pool.EvaluatorPool.prior_p95`) when there are at least
+        :data:`MANY_FROM` of them."""
+        self._many = p95_many
+
+    def _clipped(self, p95: float) -> float:
+        cap = self.space.scenario.targets.p95_latency_s
+        return -math.log(min(max(float(p95), 1e-6), self.clip_factor * cap))
 
     def y(self, cand: Candidate) -> float:
         """``-log min(max(P95, 1e-6), clip x cap)`` of ``cand`` by the prior evaluator."""
         key = cand.key()
         if key not in self._cache:
-            cap = self.space.scenario.targets.p95_latency_s
-            self._cache[key] = -math.log(min(max(float(self.p95(cand)), 1e-6), self.clip_factor * cap))
+            self._cache[key] = self._clipped(self.p95(cand))
         return self._cache[key]
+
+    def _fill(self, candidates: Sequence[Candidate]) -> None:
+        """Compute the candidates not cached yet in one call of the batch function, where there are enough."""
+        if self._many is None:
+            return
+        new: dict[str, Candidate] = {}
+        for c in candidates:
+            k = c.key()
+            if k not in self._cache:
+                new.setdefault(k, c)
+        if len(new) < MANY_FROM:
+            return
+        for k, p in zip(new, self._many(list(new.values())), strict=True):
+            self._cache[k] = self._clipped(p)
 
     def model(self, z: Sequence[np.ndarray], candidates: Sequence[Candidate]) -> Model:
         """``m`` as a deterministic BoTorch model over canonical points; ``z``/``candidates``: the points it
         will be asked about (the pool and the trials), looked up instead of decoded."""
         from botorch.models.deterministic import GenericDeterministicModel
 
+        self._fill(candidates)
         known = {np.asarray(zi, dtype=float).tobytes(): self.y(c) for zi, c in zip(z, candidates, strict=True)}
         space = self.space
         return GenericDeterministicModel(pointwise(lookup(known, lambda x: self.y(space.decode(x)))), num_outputs=1)
