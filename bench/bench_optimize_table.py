@@ -23,7 +23,8 @@ simulator since stop 35, replaying the held-out rows with per-tier answer length
 strategy renames its old runs there (``mobo-stop38``: MOBO before the tier-off pool move; ``mobo-stop39``: before
 the swap move, the share snap and the pool's early start; ``mobo-stop41``: before the cheaper parent step of
 stop 42, for the rows re-run then; ``mobo-stop42``: the cost rows at 120 s before the cost search's spent
-deployments and near-miss centre of stop 43): they still count
+deployments and near-miss centre of stop 43; ``mobo-stop55``: every MOBO run before stop 56's re-run of the 30 s
+column, three seeds a row, after the pool and prior speed-ups of stops 50-56): they still count
 towards the best known plan, which any search may have found, but fill no column.
 
 Judges: one per (scenario, objective). The simulator's draws are the scenario's (``workload.seed``, also
@@ -31,7 +32,11 @@ for the tiers of requests without a profile prompt: :mod:`boute.optimize.evaluat
 run is judged alike. Until stop 44 those tiers were drawn with the run's seed and each seed judged
 long-prompt and the random scenario on its own draw; those runs are kept apart in
 ``optimize_table_runs_sim35_seedjudge.jsonl`` and count for nothing here, except long-prompt's seed-0 runs,
-which stayed: its ``workload.seed`` is 0, so they searched and were judged on the draw the rule now uses. Wall times are on the shared 2-core machine, whatever else
+which stayed: its ``workload.seed`` is 0, so they searched and were judged on the draw the rule now uses.
+Since stop 55 an MT-Bench profile's quality model holds out whole questions (a recorded conversation's two
+turns on one side of the split), which changed the judge of ``mtbench-f81`` and ``random:1001`` (an MT-Bench
+scenario): their earlier runs are kept apart in ``optimize_table_runs_sim35_mtsplit.jsonl`` and count for
+nothing here; every strategy was re-run on them at 30 s (stop 56). Wall times are on the shared 2-core machine, whatever else
 ran beside it (recorded as the load average): indicative, and the same for every strategy of a row.
 """
 
