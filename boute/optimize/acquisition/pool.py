@@ -152,7 +152,7 @@ def swap_neighbours(space: Space, z: np.ndarray) -> np.ndarray:
     480-GPU fleet's stored search (13 steps, 27,500 plans scored), exchanges into a new group (at the config
     nearest in GPUs per replica, as they then were) were 6,044 of the pool's plans and 2 of the 52 top picks,
     those between deployed groups 8,027 and 23; without the former, three seeds' searches ended at P95
-    3.303 / 3.581 / 3.943 s against 3.380 / 3.581 / 3.815 s, in 10-21% less time.
+    3.303 / 3.581 / 3.943 s against 3.380 / 3.581 / 3.815 s, in 3-21% less time (interleaved, one run each).
     """
     deployed = [p for p in space.pairs if z[p.count_dim] > 0.0]
     full = sum(len(s.configs) for s in deployed) * sum(
