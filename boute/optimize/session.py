@@ -167,12 +167,7 @@ def _pool(evaluator: Evaluator, scenario: Scenario, settings: SearchSettings) ->
 def _idle_while_proposing(pool: EvaluatorPool | RayEvaluatorPool, settings: SearchSettings) -> bool:
     """Whether ``pool``'s local workers wait while the strategy proposes (no overlap) and can compute its prior
     (:meth:`EvaluatorPool.prior_p95`): then a pool's thousands of prior figures use every core, not one."""
-    return (
-        isinstance(pool, EvaluatorPool)
-        and pool.workers > 1
-        and pool.evaluator.quality_model is not None
-        and not (settings.pipeline and settings.overlap)
-    )
+    return isinstance(pool, EvaluatorPool) and pool.computes_prior and not (settings.pipeline and settings.overlap)
 
 
 def _outcome(parts: _Parts, done: list[Trial], opened: Opened, clock: SearchClock) -> Outcome:

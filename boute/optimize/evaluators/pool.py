@@ -30,6 +30,7 @@ from boute.optimize.evaluators.base import EvalResult, Evaluator
 from boute.optimize.evaluators.factory import make_evaluator
 from boute.optimize.registry import POOLABLE
 from boute.optimize.space import Candidate
+from boute.quality.policy_quality import QualityModel
 from boute.specs import Scenario
 from boute.workload import Workload
 
@@ -85,8 +86,17 @@ class EvaluatorSpec:
     def of(cls, evaluator: Evaluator, scenario: Scenario, seed: int) -> EvaluatorSpec:
         return cls(evaluator.name, portable(scenario), evaluator.mode, seed, evaluator.workload)
 
-    def build(self) -> Evaluator:
-        return make_evaluator(self.name, rebuilt(*self.scenario), self.mode, self.seed, workload=self.workload)
+    def build(self, name: str | None = None, quality_model: QualityModel | None = None) -> Evaluator:
+        """The search's evaluator, or the one called ``name`` on the same scenario, mode, seed and stream (with
+        ``quality_model``: scoring routing with that one instead of building its own)."""
+        return make_evaluator(
+            name or self.name,
+            rebuilt(*self.scenario),
+            self.mode,
+            self.seed,
+            quality_model=quality_model,
+            workload=self.workload,
+        )
 
 
 def _init(spec: EvaluatorSpec, parent: int) -> None:
@@ -122,15 +132,7 @@ def _prior_p95(cands: Sequence[Candidate]) -> list[float]:
     global _worker_prior
     assert _worker_evaluator is not None and _worker_spec is not None
     if _worker_prior is None:
-        spec = _worker_spec
-        _worker_prior = make_evaluator(
-            "fast",
-            rebuilt(*spec.scenario),
-            spec.mode,
-            spec.seed,
-            quality_model=_worker_evaluator.quality_model,
-            workload=spec.workload,
-        )
+        _worker_prior = _worker_spec.build("fast", _worker_evaluator.quality_model)
     return [float(_worker_prior(c).p95_latency_s) for c in cands]
 
 
@@ -179,9 +181,8 @@ class _InWorkers(Submitted):
     def results(self) -> list[EvalResult | BouteError]:
         try:
             return [f.result() for f in self._futures]
-        except BrokenProcessPool as exc:  # a worker died or its initialiser raised (its reason is on stderr)
-            self._pool._pool = None
-            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+        except BrokenProcessPool as exc:
+            raise self._pool.lost(exc) from exc
 
 
 class EvaluatorPool:
@@ -231,17 +232,27 @@ class EvaluatorPool:
         try:
             return _InWorkers([ex.submit(_evaluate, c) for c in cands], self)
         except BrokenProcessPool as exc:
-            self._pool = None
-            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+            raise self.lost(exc) from exc
 
     def map(self, cands: Sequence[Candidate]) -> list[EvalResult | BouteError]:
         if self.workers <= 1 or len(cands) <= 1:
             return [attempt(self.evaluator, c) for c in cands]
         try:
             return list(self._executor().map(_evaluate, cands))
-        except BrokenProcessPool as exc:  # a worker died or its initialiser raised (its reason is on stderr)
-            self._pool = None
-            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+        except BrokenProcessPool as exc:
+            raise self.lost(exc) from exc
+
+    def lost(self, exc: BrokenProcessPool) -> WorkerError:
+        """The error for a pool whose worker died or whose initialiser raised (its reason is on stderr); the
+        broken executor is dropped, so a later batch starts fresh workers."""
+        self._pool = None
+        return WorkerError(f"an evaluator worker process ended abruptly ({exc})")
+
+    @property
+    def computes_prior(self) -> bool:
+        """Whether :meth:`prior_p95` can run here: worker processes, and an evaluator scoring routing with an
+        exact quality model (the fast path the workers build needs it)."""
+        return self.workers > 1 and self.evaluator.quality_model is not None
 
     def prior_p95(self, cands: Sequence[Candidate]) -> list[float]:
         """The fast path's P95 of each of ``cands`` (seconds, in order), computed by the workers in one chunk
@@ -250,15 +261,14 @@ class EvaluatorPool:
         over a search) while the workers wait for the next batch. The workers' fast path is built as the
         search's (the same quality model, the same stream), so the figures are the ones this process would
         compute. Only for a pool with workers whose evaluator scores routing with an exact quality model."""
-        if self.workers <= 1 or self.evaluator.quality_model is None:
+        if not self.computes_prior:
             raise ValueError("prior_p95 needs worker processes and an evaluator with an exact quality model")
         n = self.workers
         chunks = [list(cands[i::n]) for i in range(n)]
         try:
             got = [f.result() for f in [self._executor().submit(_prior_p95, c) for c in chunks]]
         except BrokenProcessPool as exc:
-            self._pool = None
-            raise WorkerError(f"an evaluator worker process ended abruptly ({exc})") from exc
+            raise self.lost(exc) from exc
         out = [0.0] * len(cands)
         for i, vals in enumerate(got):
             out[i::n] = vals

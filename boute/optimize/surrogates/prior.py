@@ -51,18 +51,20 @@ class PriorLatency:
 
     def y(self, cand: Candidate) -> float:
         """``-log min(max(P95, 1e-6), clip x cap)`` of ``cand`` by the prior evaluator."""
-        key = cand.key()
+        return self._y(cand.key(), cand)
+
+    def _y(self, key: str, cand: Candidate) -> float:
+        """:meth:`y` of ``cand``, whose :meth:`~Candidate.key` is ``key``."""
         if key not in self._cache:
             self._cache[key] = self._clipped(self.p95(cand))
         return self._cache[key]
 
-    def _fill(self, candidates: Sequence[Candidate]) -> None:
+    def _fill(self, keys: Sequence[str], candidates: Sequence[Candidate]) -> None:
         """Compute the candidates not cached yet in one call of the batch function, where there are enough."""
         if self._many is None:
             return
         new: dict[str, Candidate] = {}
-        for c in candidates:
-            k = c.key()
+        for k, c in zip(keys, candidates, strict=True):
             if k not in self._cache:
                 new.setdefault(k, c)
         if len(new) < MANY_FROM:
@@ -75,7 +77,10 @@ class PriorLatency:
         will be asked about (the pool and the trials), looked up instead of decoded."""
         from botorch.models.deterministic import GenericDeterministicModel
 
-        self._fill(candidates)
-        known = {np.asarray(zi, dtype=float).tobytes(): self.y(c) for zi, c in zip(z, candidates, strict=True)}
+        keys = [c.key() for c in candidates]
+        self._fill(keys, candidates)
+        known = {
+            np.asarray(zi, dtype=float).tobytes(): self._y(k, c) for zi, k, c in zip(z, keys, candidates, strict=True)
+        }
         space = self.space
         return GenericDeterministicModel(pointwise(lookup(known, lambda x: self.y(space.decode(x)))), num_outputs=1)
