@@ -105,3 +105,34 @@ def test_a_search_makes_the_same_trials_with_its_prior_in_the_workers(
     here = search()
     assert len(calls) == n  # ... and here it did not
     assert in_workers == here and len(here) >= 24  # (screened trials among them cost no evaluation)
+
+
+def test_a_killed_worker_is_a_worker_error_and_the_next_batch_starts_afresh(scenario: Scenario) -> None:
+    """Workers killed from outside (``SIGKILL``: the OOM killer, a user): the batch, and the prior's figures,
+    raise :class:`WorkerError` instead of hanging or a bare ``BrokenProcessPool``; the pool then starts new
+    workers for the next call."""
+    import os
+    import signal
+
+    from boute.errors import WorkerError
+
+    ev = make_evaluator("sim", scenario, seed=0)
+    cands = _candidates(scenario, 4, seed=9)
+
+    def kill_workers(pool: EvaluatorPool) -> None:
+        ready = pool.start()
+        assert [f.result() for f in ready] == [True, True]  # waits on the workers, no timer
+        assert pool._pool is not None
+        for pid in list(pool._pool._processes):
+            os.kill(pid, signal.SIGKILL)
+
+    pool = EvaluatorPool(ev, scenario, 0, workers=2)  # started by kill_workers, each time waited for
+    try:
+        for call in (lambda: pool.prior_p95(cands), lambda: pool.map(cands), lambda: pool.submit(cands).results()):
+            kill_workers(pool)
+            with pytest.raises(WorkerError, match="ended abruptly"):
+                call()
+            assert pool._pool is None
+        assert len(pool.map(cands)) == 4  # fresh workers
+    finally:
+        pool.close()
