@@ -185,13 +185,22 @@ def _rendezvous_home(system: str, names: list[str]) -> str:
 
 
 def _two_per_replica(names: list[str]) -> dict[str, str]:
-    """Two system prompts per replica by rendezvous (prompt -> home): a closed loop with one client per prompt
-    then never exceeds the failover test's imbalance thresholds, so where each prompt goes is exact."""
+    """Two system prompts per replica by rendezvous (prompt -> home), the first replica's two with different
+    homes among the others: a closed loop with one client per prompt then never exceeds the failover test's
+    imbalance thresholds, before the first replica is killed or after (at most three clients on a survivor, so
+    no two loads differ by more than ``balance_abs`` = 3), and where each prompt goes is exact."""
     chosen: dict[str, str] = {}
+    next_homes: set[str] = set()
     for system in SYSTEM:
         home = _rendezvous_home(system, names)
-        if sum(h == home for h in chosen.values()) < 2:
-            chosen[system] = home
+        if sum(h == home for h in chosen.values()) == 2:
+            continue
+        if home == names[0]:
+            next_home = _rendezvous_home(system, names[1:])
+            if next_home in next_homes:
+                continue
+            next_homes.add(next_home)
+        chosen[system] = home
     assert len(chosen) == 2 * len(names)
     return chosen
 
@@ -264,7 +273,7 @@ class _Load(ClosedLoop):
 @pytest.mark.timeout(120)
 async def test_a_killed_replica_fails_no_request_and_only_its_prompts_move(replicas: Stack) -> None:
     """Two prompts per replica; after one replica is killed mid-load no request fails, its two prompts find
-    one new home each among the others, every other prompt stays where it was, and no survivor takes it all."""
+    one new home each among the others (chosen so: two on one survivor would let the imbalance rule move others), every other prompt stays where it was, and no survivor takes it all."""
     assert replicas.backends_file is not None
     names = [b["name"] for b in json.loads(replicas.backends_file.read_text())]
     homes = _two_per_replica(names)
