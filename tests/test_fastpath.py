@@ -175,3 +175,19 @@ def test_prefill_bound_replicas_are_flagged(sc) -> None:  # type: ignore[no-unty
     cap = fast_evaluate(plan.deployment, s, st, plan.routing.fractions, plan.routing.tiers).capacity_rps
     r = fast_evaluate(plan.deployment, s, replace(st, rate_rps=0.8 * cap), plan.routing.fractions, plan.routing.tiers)
     assert r.prefill_utilisation > 0.8 and any("prefill-bound" in x for x in r.uncertainty_reasons)
+
+
+def test_the_load_curves_interpolation_is_numpys_to_the_bit() -> None:
+    """``_at``'s one-search interpolation gives the floats ``np.interp`` gives: inside the grid, on its points,
+    outside it at both ends, on random monotone grids."""
+    from boute.sim.load_curves import _at
+
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        n = int(rng.integers(2, 20))
+        xs = np.cumsum(rng.random(n) + 1e-3) * float(rng.choice([1e-3, 1.0, 1e3]))
+        cv = (xs.tolist(), xs.tolist(), *(rng.normal(0.0, 1.0, n).cumsum().tolist() for _ in range(7)))
+        lams = [*rng.uniform(-0.2 * xs[-1], 1.2 * xs[-1], 20).tolist(), *xs.tolist(), float(np.nextafter(xs[0], 0))]
+        for lam in lams:
+            want = tuple(float(np.interp(lam, cv[1], cv[k])) for k in range(2, 9))
+            assert _at(cv, lam) == want

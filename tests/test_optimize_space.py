@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from boute.errors import InfeasibleError
 from boute.optimize.plan_run import with_targets
+from boute.optimize.repair import fit_budget, fit_inventory
 from boute.optimize.space import Space, is_valid
 from boute.specs import Plan, Routing, load_scenario
 
@@ -243,3 +244,35 @@ def test_the_vectorised_repair_takes_the_replicas_the_one_at_a_time_greedy_takes
         assert {(g.gpu, g.tier, g.tp, g.pp, g.count) for g in space.decode(x).deployment} == want
         compared += 1
     assert compared > 100
+
+
+def test_the_repair_keeps_the_greedys_ties_on_arrays_full_of_them() -> None:
+    """The heap-based repairs against the one-at-a-time greedy on random arrays whose spends tie often
+    (small integer prices and GPU counts, few tiers, tiers down to their last replica, budgets of zero)."""
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        n, n_tiers = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+        r = rng.integers(0, 6, size=n).astype(np.int64)
+        gpus = rng.choice([1, 2, 4], size=n).astype(np.int64)
+        price = rng.choice([0.5, 1.0, 2.0], size=n)
+        tier = rng.integers(0, n_tiers, size=n).astype(np.int64)
+        budget = float(rng.integers(0, 40))
+        want = r.tolist()
+        while sum(w * g * p for w, g, p in zip(want, gpus.tolist(), price.tolist(), strict=True)) > budget + 1e-9:
+            per_tier = [sum(w for w, t in zip(want, tier.tolist(), strict=True) if t == k) for k in range(n_tiers)]
+            live = [i for i in range(n) if want[i] > 0]
+            spare = [i for i in live if per_tier[tier[i]] > 1]
+            want[max(spare or live, key=lambda i: (want[i] * gpus[i] * price[i], -i))] -= 1
+        got = r.copy()
+        fit_budget(got, gpus, price, tier, n_tiers, budget)
+        assert got.tolist() == want
+        on = {"a": np.flatnonzero(tier == 0), "b": np.flatnonzero(tier != 0)}
+        inventory = {"a": int(rng.integers(0, 12)), "b": int(rng.integers(0, 12))}
+        want = r.tolist()
+        for g, inv in inventory.items():
+            idx = on[g].tolist()
+            while sum(want[i] * gpus[i] for i in idx) > inv:
+                want[max(idx, key=lambda i: (want[i] * gpus[i], -i))] -= 1
+        got = r.copy()
+        fit_inventory(got, gpus, on, inventory)
+        assert got.tolist() == want

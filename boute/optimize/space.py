@@ -229,10 +229,12 @@ class Space:
         fr = self._fractions(x)
         cfg: list[Config] = []
         reps: list[int] = []
-        for p in self.pairs:
+        dims, inventory = self._count_dims
+        gpus = np.rint(x[dims] * inventory).astype(np.int64).tolist()  # half to even, as round() is
+        for p, n in zip(self.pairs, gpus, strict=True):
             c = p.configs[p.config_index(x)]
             cfg.append(c)
-            reps.append(int(round(x[p.count_dim] * p.inventory)) // c.gpus)
+            reps.append(n // c.gpus)
         reps = self._repair(fr, cfg, reps)
         return self._candidate(fr, cfg, reps)
 
@@ -242,6 +244,11 @@ class Space:
         return {
             g: np.array([i for i, p in enumerate(self.pairs) if p.gpu == g], dtype=np.int64) for g in self.inventory
         }
+
+    @functools.cached_property
+    def _count_dims(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each pair's count dim and its GPU type's inventory (a count dim of 1 is all of it), in pair order."""
+        return np.array([p.count_dim for p in self.pairs]), np.array([p.inventory for p in self.pairs])
 
     @functools.cached_property
     def _pair_price(self) -> np.ndarray:

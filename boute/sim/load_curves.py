@@ -8,6 +8,8 @@ afterwards; :func:`balance` splits a tier's rate over its groups on those curves
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 
 from boute.catalog import Catalog
@@ -140,8 +142,20 @@ def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.n
 
 def _at(cv: tuple[list[float], ...], lam: float) -> tuple[float, ...]:
     """(A, tau, wait variance, stall variance per token, prefill utilisation, mean prefill wait, decode-start
-    wait) at ``lam``."""
-    return tuple(float(np.interp(lam, cv[1], cv[k])) for k in (2, 3, 4, 5, 6, 7, 8))
+    wait) at ``lam``: ``np.interp(lam, cv[1], cv[k])`` for each, as numpy computes it (end values outside
+    the grid; at a grid point its value; else ``slope * (lam - x_j) + y_j``), with one search for the seven.
+    Seven ``np.interp`` calls on these short lists cost ~7x more in conversion and call overhead than the
+    arithmetic, and the fast path asks this of every group of every pool plan; the figures are the same
+    floats (``tests/test_fastpath.py`` compares them on random rates)."""
+    xs = cv[1]
+    j = bisect_right(xs, lam) - 1
+    ks = (2, 3, 4, 5, 6, 7, 8)
+    if j < 0:
+        return tuple(cv[k][0] for k in ks)
+    if j >= len(xs) - 1 or xs[j] == lam:
+        return tuple(cv[k][j] for k in ks)
+    x0, dx = xs[j], xs[j + 1] - xs[j]
+    return tuple((cv[k][j + 1] - cv[k][j]) / dx * (lam - x0) + cv[k][j] for k in ks)
 
 
 _BALANCED: dict[tuple, tuple[list[tuple[float, ...]], list[float]]] = {}

@@ -271,7 +271,8 @@ class Scenario(_Frozen):
 
     def price(self, gpu: str) -> float:
         """USD per GPU-hour: the cluster's override if any, else the catalog's."""
-        return self.cluster.prices.get(gpu, self._catalog.gpu(gpu).price_per_hour)
+        override = self.cluster.prices.get(gpu)
+        return override if override is not None else self._catalog.gpu(gpu).price_per_hour
 
     def resolve_path(self, ref: str) -> Path:
         """A file path named in this scenario, relative to the scenario file's folder."""
