@@ -24,8 +24,6 @@ def fit_inventory(
         idx = pairs_on[g].tolist()
         used = [int(r[i]) * int(gpus[i]) for i in idx]
         total = sum(used)
-        if total <= inv:
-            continue
         while total > inv:
             j = max(range(len(idx)), key=lambda j: (used[j], -j))
             i = idx[j]
