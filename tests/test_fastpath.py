@@ -178,9 +178,9 @@ def test_prefill_bound_replicas_are_flagged(sc) -> None:  # type: ignore[no-unty
 
 
 def test_the_load_curves_interpolation_is_numpys_to_the_bit() -> None:
-    """``_at``'s one-search interpolation gives the floats ``np.interp`` gives: inside the grid, on its points,
-    outside it at both ends, on random monotone grids."""
-    from boute.sim.load_curves import _at
+    """``_interp``'s one-search interpolation gives the floats ``np.interp`` gives: inside the grid, on its
+    points, outside it at both ends, on random monotone grids."""
+    from boute.sim.load_curves import _at, _interp
 
     rng = np.random.default_rng(3)
     for _ in range(400):
@@ -191,3 +191,4 @@ def test_the_load_curves_interpolation_is_numpys_to_the_bit() -> None:
         for lam in lams:
             want = tuple(float(np.interp(lam, cv[1], cv[k])) for k in range(2, 9))
             assert _at(cv, lam) == want
+            assert _interp(lam, cv[0], cv[1:2]) == (float(np.interp(lam, cv[0], cv[1])),)

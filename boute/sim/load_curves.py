@@ -9,6 +9,7 @@ afterwards; :func:`balance` splits a tier's rate over its groups on those curves
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -119,7 +120,7 @@ _TIER: dict[tuple, tuple[np.ndarray, np.ndarray, list]] = {}
 _TIER_GRID = 1024
 
 
-def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.ndarray, np.ndarray]:
+def _tier_curve(counts: list[float], mus: list[float], curves: list) -> tuple[np.ndarray, np.ndarray]:
     """The tier's total rate at each balancing level c on a fine grid, cached per replica mix.
 
     It depends only on the groups (not on the offered rate), and the optimiser revisits the same mixes
@@ -127,7 +128,7 @@ def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.n
     The rate is piecewise linear and non-decreasing in c, so linear interpolation on the grid is close;
     the caller rescales the group rates to add up exactly.
     """
-    key = tuple((float(n), float(mu), id(cv)) for n, mu, cv in zip(counts, mus, curves, strict=True))
+    key = tuple(zip(counts, mus, map(id, curves), strict=True))
     hit = _TIER.get(key)
     if hit is None:
         hi = float(max((cv[0][-1] + 1.0) / mu for mu, cv in zip(mus, curves, strict=True)))
@@ -140,23 +141,25 @@ def _tier_curve(counts: np.ndarray, mus: np.ndarray, curves: list) -> tuple[np.n
     return hit[0], hit[1]
 
 
+def _interp(x: float, xs: list[float], rows: Sequence[list[float]]) -> tuple[float, ...]:
+    """``np.interp(x, xs, row)`` for each row, as numpy computes it (end values outside the grid; at a grid
+    point its value; else ``slope * (x - x_j) + y_j``), with one search for all rows. The fast path asks this
+    of every group of every pool plan, and ``np.interp`` on these short lists is mostly conversion and call
+    overhead: the seven rows of :func:`_at` took 3.9 s of a profiled replay of the 480-GPU fleet's search
+    (60 s), one search 1.1 s. The same floats (``tests/test_fastpath.py`` compares them on random grids)."""
+    j = bisect_right(xs, x) - 1
+    if j < 0:
+        return tuple(y[0] for y in rows)
+    if j >= len(xs) - 1 or xs[j] == x:
+        return tuple(y[j] for y in rows)
+    x0, dx = xs[j], xs[j + 1] - xs[j]
+    return tuple((y[j + 1] - y[j]) / dx * (x - x0) + y[j] for y in rows)
+
+
 def _at(cv: tuple[list[float], ...], lam: float) -> tuple[float, ...]:
     """(A, tau, wait variance, stall variance per token, prefill utilisation, mean prefill wait, decode-start
-    wait) at ``lam``: ``np.interp(lam, cv[1], cv[k])`` for each, as numpy computes it (end values outside
-    the grid; at a grid point its value; else ``slope * (lam - x_j) + y_j``), with one search for the seven.
-    The fast path asks this of every group of every pool plan, and seven ``np.interp`` calls on these short
-    lists are mostly conversion and call overhead: 3.9 s of a profiled replay of the 480-GPU fleet's search
-    (60 s), the one search 1.1 s. The figures are the same floats (``tests/test_fastpath.py`` compares them
-    on random grids and rates)."""
-    xs = cv[1]
-    j = bisect_right(xs, lam) - 1
-    ks = (2, 3, 4, 5, 6, 7, 8)
-    if j < 0:
-        return tuple(cv[k][0] for k in ks)
-    if j >= len(xs) - 1 or xs[j] == lam:
-        return tuple(cv[k][j] for k in ks)
-    x0, dx = xs[j], xs[j + 1] - xs[j]
-    return tuple((cv[k][j + 1] - cv[k][j]) / dx * (lam - x0) + cv[k][j] for k in ks)
+    wait) at ``lam``."""
+    return _interp(lam, cv[1], cv[2:9])
 
 
 _BALANCED: dict[tuple, tuple[list[tuple[float, ...]], list[float]]] = {}
@@ -194,11 +197,11 @@ def _balance(
         _, n, _, _ = groups[0]
         cv = curves[0]
         return [_at(cv, lam / n)], [1.0]
-    mus = np.array([mu for _, _, mu, _ in groups])
-    counts = np.array([n for _, n, _, _ in groups], dtype=float)
+    mus = [float(mu) for _, _, mu, _ in groups]
+    counts = [float(n) for _, n, _, _ in groups]
     cs, tot = _tier_curve(counts, mus, curves)
     c = float(np.interp(lam, tot, cs))
-    lams = [float(np.interp(c * mu - 1.0, cv[0], cv[1])) for mu, cv in zip(mus, curves, strict=True)]
+    lams = [_interp(c * mu - 1.0, cv[0], cv[1:2])[0] for mu, cv in zip(mus, curves, strict=True)]
     got = sum(n * x for n, x in zip(counts, lams, strict=True))
     if float(tot[-1]) < lam or got <= 0:
         # beyond the curves, or a load so light that the level falls inside the grid's first cell (no replica
