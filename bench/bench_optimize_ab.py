@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.bench_optimize_scale import summary_row
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: one search in the checkout it runs in (cwd and first on the path): prints its figures as one JSON line
@@ -44,16 +46,7 @@ def _search(root: Path, scenario: str, seed: int) -> dict[str, Any]:
     )
     if out.returncode != 0:
         raise RuntimeError(f"search in {root} failed: {out.stderr[-2000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    phases = r.get("phase_s", {})
-    return {
-        "wall_s": r["wall_s"],
-        "p95_s": r.get("p95_s"),
-        "evaluations": r.get("evaluations"),
-        "pool_s": phases.get("propose.pool"),
-        "evaluate_s": phases.get("evaluate"),
-        "load_avg": round(os.getloadavg()[0], 2),
-    }
+    return summary_row(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def run(quick: bool = True) -> dict[str, Any]:

@@ -66,6 +66,21 @@ def _run(scenario: str, out: Path, **options: Any) -> dict[str, Any]:
     }
 
 
+def summary_row(r: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one :func:`_run` a benchmark row reports: time, P95, $/h, evaluations, the candidate pool's
+    and the evaluations' seconds, and the load average at its end."""
+    phases = r.get("phase_s", {})
+    return {
+        "wall_s": r["wall_s"],
+        "p95_s": r.get("p95_s"),
+        "cost_per_hour": r.get("cost_per_hour"),
+        "evaluations": r.get("evaluations"),
+        "pool_s": phases.get("propose.pool"),
+        "evaluate_s": phases.get("evaluate"),
+        "load_avg": r.get("load_avg"),
+    }
+
+
 def run(quick: bool = True) -> dict[str, Any]:
     from bench.bench_optimize_wall import warm_up
     from boute.optimize.clock import top_level

@@ -20,7 +20,7 @@ from typing import Any
 
 
 def run(quick: bool = True) -> dict[str, Any]:
-    from bench.bench_optimize_scale import _run
+    from bench.bench_optimize_scale import _run, summary_row
     from bench.bench_optimize_wall import warm_up
     from boute.specs import load_scenario
 
@@ -32,17 +32,7 @@ def run(quick: bool = True) -> dict[str, Any]:
     for seed in range(seeds):
         with tempfile.TemporaryDirectory() as tmp:
             r = _run(scenario, Path(tmp) / "plan.json", seed=seed)
-        phases = r.get("phase_s", {})
-        row = {
-            "seed": seed,
-            "wall_s": r["wall_s"],
-            "p95_s": r.get("p95_s"),
-            "cost_per_hour": r.get("cost_per_hour"),
-            "evaluations": r.get("evaluations"),
-            "pool_s": phases.get("propose.pool"),
-            "evaluate_s": phases.get("evaluate"),
-            "load_avg": r.get("load_avg"),
-        }
+        row = {"seed": seed, **summary_row(r)}
         print(f"[optimize_seeds] {row}", flush=True)
         rows.append(row)
     return {"scenario": scenario, "rows": rows}

@@ -22,14 +22,14 @@ def fit_inventory(
     short Python list: a numpy round costs more in call overhead than it saves."""
     for g, inv in inventory.items():
         idx = pairs_on[g].tolist()
-        used = [int(r[i]) * int(gpus[i]) for i in idx]
+        per = [int(gpus[i]) for i in idx]  # GPUs per replica
+        used = [int(r[i]) * n for i, n in zip(idx, per, strict=True)]
         total = sum(used)
         while total > inv:
             j = max(range(len(idx)), key=lambda j: (used[j], -j))
-            i = idx[j]
-            r[i] -= 1
-            used[j] -= int(gpus[i])
-            total -= int(gpus[i])
+            r[idx[j]] -= 1
+            used[j] -= per[j]
+            total -= per[j]
 
 
 def fit_budget(
