@@ -105,13 +105,12 @@ def test_caches_never_change_an_answer(sc, paper) -> None:  # type: ignore[no-un
     """The fast path keeps per-scenario catalogs, replica timings and capacities between calls (what makes it
     fast enough for the optimiser's inner loop; its speed is measured by ``make bench``, bench_sim): a sweep
     of splits gives the same answers with warm caches as with cold ones."""
-    from boute.sim import load_curves
+    from boute.sim import timing_cache
 
     st = workload_stats(build_workload(sc, rate_rps=100, duration_s=30))
     splits = [[0.5 + i / 100, 0.5 - i / 100] for i in range(20)]
     warm = [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits]
-    for cache in (load_curves._CATALOGS, load_curves._TIMINGS, load_curves._CAPS):
-        cache.clear()
+    timing_cache.clear()
     cold = [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits]
     assert cold == warm and len({r.p95_latency_s for r in warm}) > 1  # the splits do change the answer
 

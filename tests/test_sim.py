@@ -251,3 +251,30 @@ def test_decode_waits_for_the_prompts_that_arrived_during_its_own_prefill(sc) ->
         assert q.decode_start_wait >= q.rho * s1 / (1.0 - q.rho)
         waits.append(q.decode_start_wait)
     assert 0 < waits[0] < waits[1] < waits[2] and waits[2] / waits[1] > 1.5
+
+
+def test_timing_tables_are_built_once_per_replica_type_and_change_no_simulation(sc) -> None:  # type: ignore[no-untyped-def]
+    """The simulator and the fast path share one table per replica type and process (boute.sim.timing_cache):
+    two groups of one type get the same table, a search's later simulations reuse it, and a simulation with
+    every table rebuilt is the same to the bit as one on tables built for an earlier plan."""
+    from boute.sim import timing_cache
+    from boute.sim.engine import group_timings
+
+    plan = _plan([SMALL_4090, {**SMALL_4090, "gpu": "rtx-5090"}, {**SMALL_4090, "count": 3}])
+    w = build_workload(sc, rate_rps=30, duration_s=20, seed=5)
+    timing_cache.clear()
+    cold = simulate(plan, sc, w)
+    a, b, c = group_timings(plan.deployment, sc, 8192, 2048)
+    assert a is c and a is not b  # the type, not the group, keys the table
+    assert group_timings(plan.deployment, sc, 4096, 2048)[0] is not a  # nor are other engine limits confused
+    warm = simulate(plan, sc, w)
+    for field in ("e2e_s", "ttft_s", "tpot_s", "replica", "replica_busy_s"):
+        np.testing.assert_array_equal(getattr(cold, field), getattr(warm, field))
+    cleared: list[int] = []
+    hook = lambda: cleared.append(1)  # noqa: E731
+    timing_cache.on_evict(hook)
+    try:
+        timing_cache.clear()
+    finally:
+        timing_cache._EVICT_HOOKS.remove(hook)
+    assert cleared == [1] and group_timings(plan.deployment, sc, 8192, 2048)[0] is not a

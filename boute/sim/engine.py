@@ -24,14 +24,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from boute.errors import BouteError, InfeasibleError
-from boute.perf import replica_perf, scenario_catalog
+from boute.errors import BouteError
+from boute.perf import scenario_catalog
 from boute.perf.prefix_cache import PrefixCache
 from boute.sim.balance import AffinityBalancer, least_loaded
 from boute.sim.capacity import Lengths, replica_weights
 from boute.sim.replica import DECODE, IDLE, SimReplica
 from boute.sim.result import SimResult
-from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming, build_timing
+from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming
+from boute.sim.timing_cache import group_timing
 from boute.specs.plan import Plan, ReplicaGroup, check_plan_hardware
 from boute.specs.scenario import Scenario
 from boute.workload import Workload
@@ -49,24 +50,13 @@ def plan_cost(deployment: Sequence[ReplicaGroup], scenario: Scenario) -> float:
     return float(sum(scenario.price(g.gpu) * g.gpus_used for g in deployment))
 
 
-def group_label(i: int, g: ReplicaGroup) -> str:
-    return f"deployment[{i}] ({g.tier}: {g.count}x {g.model} on {g.gpu}, tp={g.tp}, pp={g.pp}, {g.dtype})"
-
-
 def group_timings(
     deployment: Sequence[ReplicaGroup], scenario: Scenario, chunk: int, max_running: int
 ) -> list[ReplicaTiming]:
-    """Tabulated timing of each group; a group whose model does not fit raises InfeasibleError."""
-    cat = scenario_catalog(scenario)
-    out = []
-    for i, g in enumerate(deployment):
-        if g.gpu not in cat.gpus or g.model not in cat.models:
-            raise BouteError(f"{group_label(i, g)}: unknown {'GPU' if g.gpu not in cat.gpus else 'model'}")
-        perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)
-        if not perf.fits:
-            raise InfeasibleError(f"{group_label(i, g)} cannot serve its model: {perf.reason}")
-        out.append(build_timing(perf, chunk=chunk, max_running=max_running))
-    return out
+    """Tabulated timing of each group (:func:`boute.sim.timing_cache.group_timing`: built once per replica type
+    and process); BouteError for a GPU or model the catalog lacks, InfeasibleError for a model that does not
+    fit its replica."""
+    return [group_timing(i, g, scenario, chunk, max_running) for i, g in enumerate(deployment)]
 
 
 def draw_route(plan: Plan, n: int, seed: int) -> np.ndarray:

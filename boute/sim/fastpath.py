@@ -35,9 +35,10 @@ from boute.sim.capacity import Lengths
 from boute.sim.confidence import BASE_BAND, Confidence, assess, needs_confirmation
 from boute.sim.engine import JUDGE_DELAY_S, plan_cost
 from boute.sim.gamma_mixture import mixture_quantiles
-from boute.sim.load_curves import balance, capacity_and_slots, replica_timing
+from boute.sim.load_curves import balance, capacity_and_slots
 from boute.sim.queueing import erlang_c, pooling
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming
+from boute.sim.timing_cache import group_timing
 from boute.specs.plan import ReplicaGroup
 from boute.specs.scenario import Scenario
 from boute.workload import WorkloadStats
@@ -159,7 +160,7 @@ def _groups_by_tier(
         if g.tier not in tiers:
             continue
         k = tiers.index(g.tier)
-        tm = replica_timing(i, g, scenario, chunk_tokens, max_running)
+        tm = group_timing(i, g, scenario, chunk_tokens, max_running)
         mu, slots = capacity_and_slots(tm, lns[k])
         per_tier[k].append((tm, g.count, mu, slots))
     return per_tier

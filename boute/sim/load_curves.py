@@ -13,54 +13,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from boute.catalog import Catalog
-from boute.errors import InfeasibleError
-from boute.perf import replica_perf, scenario_catalog
 from boute.sim.capacity import Lengths, OperatingPoint, capacity_rps, kv_batch, operating_point, prefill_queue
-from boute.sim.engine import group_label
-from boute.sim.timing import ReplicaTiming, build_timing
-from boute.specs.plan import ReplicaGroup
-from boute.specs.scenario import Scenario
+from boute.sim.timing import ReplicaTiming
+from boute.sim.timing_cache import on_evict
 
-# ---- caches: the optimiser calls us thousands of times with the same scenario and few replica types ----
-_CATALOGS: dict[int, tuple[Scenario, Catalog]] = {}
-#: (catalog, timing or why the replica does not fit): the value keeps the catalog alive, so its id in the key
-#: cannot be reused by another catalog while the entry lives
-_TIMINGS: dict[tuple, tuple[Catalog, ReplicaTiming | str]] = {}
+# ---- caches keyed by a timing table's id (emptied with the tables: boute.sim.timing_cache.on_evict) ----
 _CAPS: dict[tuple, tuple[float, int]] = {}
-#: replica types kept before every cache is emptied: a timing table holds ~2 MB (one optimisation uses a few
-#: dozen types; a benchmark over hundreds of scenarios would otherwise grow by ~70 MB per scenario)
-MAX_TIMINGS = 192
 
 
 def _forget() -> None:
-    """Empty the caches keyed by a timing's id together with the timings: a freed timing's id may be reused."""
-    _TIMINGS.clear()
+    """Empty the caches keyed by a timing's id: a freed timing's id may be reused."""
     _CAPS.clear()
     _LOAD.clear()
     _TIER.clear()
     _BALANCED.clear()
 
 
-def replica_timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_running: int) -> ReplicaTiming:
-    entry = _CATALOGS.get(id(scenario))
-    if entry is None or entry[0] is not scenario:
-        if len(_CATALOGS) > 16:
-            _CATALOGS.clear()
-        entry = (scenario, scenario_catalog(scenario))
-        _CATALOGS[id(scenario)] = entry
-    cat = entry[1]
-    key = (id(cat), g.model, g.gpu, g.tp, g.pp, g.dtype, chunk, max_running)
-    hit = _TIMINGS.get(key)
-    if hit is None:
-        perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)
-        if len(_TIMINGS) >= MAX_TIMINGS:
-            _forget()
-        hit = _TIMINGS[key] = (cat, build_timing(perf, chunk, max_running) if perf.fits else perf.reason)
-    tm = hit[1]
-    if isinstance(tm, str):
-        raise InfeasibleError(f"{group_label(i, g)} cannot serve its model: {tm}")
-    return tm
+on_evict(_forget)
 
 
 def capacity_and_slots(tm: ReplicaTiming, ln: Lengths) -> tuple[float, int]:
