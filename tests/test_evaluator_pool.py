@@ -3,6 +3,8 @@ evaluator gives, in the order asked, and start before the first batch when asked
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -76,20 +78,21 @@ def test_a_search_makes_the_same_trials_with_its_prior_in_the_workers(
     scenario: Scenario, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A simulator search whose pools' prior figures are computed by the evaluation workers (every pool, however
-    small, here) proposes the same plans in the same order as one computing them itself."""
+    small, here), handed over in parts while the pool is still being built, proposes the same plans in the same
+    order as one computing them itself."""
     import boute.optimize.session as session
     import boute.optimize.surrogates.prior as prior
     from boute.optimize.settings import SearchSettings
 
     calls: list[int] = []
-    real = EvaluatorPool.prior_p95
+    real = EvaluatorPool.prior_p95_soon
 
-    def counted(self: EvaluatorPool, cands: list[Candidate]) -> list[float]:
+    def counted(self: EvaluatorPool, cands: list[Candidate]) -> Callable[[], list[float]]:
         calls.append(len(cands))
         return real(self, cands)
 
-    monkeypatch.setattr(EvaluatorPool, "prior_p95", counted)
-    monkeypatch.setattr(prior, "MANY_FROM", 1)
+    monkeypatch.setattr(EvaluatorPool, "prior_p95_soon", counted)
+    monkeypatch.setattr(prior, "MANY_FROM", 7)  # parts of 7 while the pool is built, the rest (< 7) after
 
     def search() -> list[str]:
         ev = make_evaluator("sim", scenario, seed=0)
@@ -100,6 +103,7 @@ def test_a_search_makes_the_same_trials_with_its_prior_in_the_workers(
 
     in_workers = search()
     assert calls and sum(calls) > 100  # the prior did go to the workers, every step
+    assert calls.count(7) > 10 and any(0 < n < 7 for n in calls)  # in parts, and the rest of a pool after them
     monkeypatch.setattr(session, "_idle_while_proposing", lambda pool, settings: False)
     n = len(calls)
     here = search()

@@ -117,7 +117,7 @@ def optimize(scenario: Scenario, settings: SearchSettings, runtime: SearchRuntim
     min_trials = max(parts.strategy.n_init, opened.warm) + 1
     with _pool(parts.evaluator, scenario, settings) as pool:
         if _idle_while_proposing(pool, settings):
-            parts.strategy.use_prior_many(pool.prior_p95)
+            parts.strategy.use_prior_many(pool.prior_p95_soon)
         clock.add("setup", time.perf_counter() - t_setup)
         done = run_search(
             parts.space,

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -261,18 +261,32 @@ class EvaluatorPool:
         over a search) while the workers wait for the next batch. The workers' fast path is built as the
         search's (the same quality model, the same stream), so the figures are the ones this process would
         compute. Only for a pool with workers whose evaluator scores routing with an exact quality model."""
+        return self.prior_p95_soon(cands)()
+
+    def prior_p95_soon(self, cands: Sequence[Candidate]) -> Callable[[], list[float]]:
+        """:meth:`prior_p95` started now, without waiting: the returned function waits for the figures and gives
+        them. The search hands a pool's plans over in parts while it is still building the rest, so the workers
+        score the first parts while this process screens and decodes the next."""
         if not self.computes_prior:
             raise ValueError("prior_p95 needs worker processes and an evaluator with an exact quality model")
         n = self.workers
         chunks = [list(cands[i::n]) for i in range(n)]
         try:
-            got = [f.result() for f in [self._executor().submit(_prior_p95, c) for c in chunks]]
+            futures = [self._executor().submit(_prior_p95, c) for c in chunks if c]
         except BrokenProcessPool as exc:
             raise self.lost(exc) from exc
-        out = [0.0] * len(cands)
-        for i, vals in enumerate(got):
-            out[i::n] = vals
-        return out
+
+        def figures() -> list[float]:
+            try:
+                got = [f.result() for f in futures]
+            except BrokenProcessPool as exc:
+                raise self.lost(exc) from exc
+            out = [0.0] * len(cands)
+            for i, vals in enumerate(got):
+                out[i::n] = vals
+            return out
+
+        return figures
 
     def close(self) -> None:
         """Stop the workers (idempotent)."""

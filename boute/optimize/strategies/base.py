@@ -22,7 +22,7 @@ calls it on every strategy instead of probing for it:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from boute.optimize.clock import SearchClock
     from boute.optimize.evaluators.base import Evaluator
     from boute.optimize.screen import Screen
-    from boute.optimize.space import Candidate
+    from boute.optimize.surrogates.prior import SoonMany
     from boute.optimize.trials import Trial
 
 
@@ -59,6 +59,7 @@ class Strategy:
     def use_clock(self, clock: SearchClock) -> None:
         """The search's clock, to add this strategy's sub-phases of ``propose`` to (called once by the loop)."""
 
-    def use_prior_many(self, p95_many: Callable[[Sequence[Candidate]], Sequence[float]]) -> None:
-        """A function computing the prior's P95 of many plans at once, by processes that would otherwise wait
-        (called by the search when its evaluation pool has idle workers while proposals are made)."""
+    def use_prior_many(self, p95_soon: SoonMany) -> None:
+        """A function starting the prior's P95 of many plans at once, by processes that would otherwise wait
+        (called by the search when its evaluation pool has idle workers while proposals are made); it returns
+        the function that waits for them."""

@@ -71,7 +71,7 @@ from boute.optimize.strategies.centres import floor_incumbents, front_incumbents
 from boute.optimize.strategies.design import SobolDesign
 from boute.optimize.surrogates.exact import ExactQuality, QualityFn, exact_quality_fn, lookup, pointwise
 from boute.optimize.surrogates.latency import LatencyGP, latency_outcome
-from boute.optimize.surrogates.prior import PriorLatency
+from boute.optimize.surrogates.prior import PriorLatency, SoonMany
 from boute.optimize.trials import Trial, figures
 from boute.specs.targets import meets_floor
 
@@ -169,10 +169,11 @@ class MoboStrategy(Strategy):
         if self._gp_design is not None:
             self._gp_design.use_clock(clock)
 
-    def use_prior_many(self, p95_many: Callable[[Sequence[Candidate]], Sequence[float]]) -> None:
-        """Score each pool's new plans by the prior through ``p95_many`` (:meth:`PriorLatency.use_many`)."""
+    def use_prior_many(self, p95_soon: SoonMany) -> None:
+        """Score each pool's new plans by the prior through ``p95_soon`` (:meth:`PriorLatency.use_many`), handed
+        over in parts as the pool is built (:meth:`PriorLatency.prefetch`)."""
         if self.prior is not None:
-            self.prior.use_many(p95_many)
+            self.prior.use_many(p95_soon)
 
     def bind(self, evaluator: Evaluator) -> None:
         """Take the exact quality function from the evaluator (``run_search`` calls this)."""
@@ -299,6 +300,7 @@ class MoboStrategy(Strategy):
             screen=self.screen,
             exhaustive=exhaustive,
             skip_deployments=spent,
+            feed=None if self.prior is None else self.prior.prefetch,
         )
         if len(pool.z) == 0:  # everything nearby was evaluated: a fresh uniform point
             return None, rng.random(self.space.dim)

@@ -23,8 +23,13 @@ if TYPE_CHECKING:
     from botorch.models.model import Model
 
 #: new plans from which a pool's prior goes to the batch function (:meth:`PriorLatency.use_many`): below it,
-#: handing them to worker processes costs more than it saves (a plan of the built-in scenario takes ~0.2 ms)
+#: handing them to worker processes costs more than it saves (a plan of the built-in scenario takes ~0.2 ms);
+#: also the size of each part handed over while the pool is being built (:meth:`PriorLatency.prefetch`)
 MANY_FROM = 256
+
+#: the figures of many candidates, started now: called with the candidates, it returns the function that waits
+#: for their P95s (in order)
+SoonMany = Callable[[Sequence[Candidate]], Callable[[], Sequence[float]]]
 
 
 class PriorLatency:
@@ -37,13 +42,45 @@ class PriorLatency:
         self.clip_factor = clip_factor
         self._cache: dict[str, float] = {}
         #: the P95 of many candidates at once (:meth:`use_many`), or None: one at a time with ``p95``
-        self._many: Callable[[Sequence[Candidate]], Sequence[float]] | None = None
+        self._many: SoonMany | None = None
+        #: plans handed to ``_many`` by :meth:`prefetch` and not yet received, and the ones waiting to be handed
+        self._pending: list[tuple[list[str], Callable[[], Sequence[float]]]] = []
+        self._asked: set[str] = set()
+        self._queued: dict[str, Candidate] = {}
 
-    def use_many(self, p95_many: Callable[[Sequence[Candidate]], Sequence[float]]) -> None:
-        """Compute a pool's new plans with ``p95_many`` (the same figures as ``p95``, e.g. by worker
-        processes: :meth:`boute.optimize.evaluators.pool.EvaluatorPool.prior_p95`) when there are at least
-        :data:`MANY_FROM` of them."""
-        self._many = p95_many
+    def use_many(self, p95_soon: SoonMany) -> None:
+        """Compute a pool's new plans with ``p95_soon`` (the same figures as ``p95``, e.g. by worker
+        processes: :meth:`boute.optimize.evaluators.pool.EvaluatorPool.prior_p95_soon`) when there are at least
+        :data:`MANY_FROM` of them, or when :meth:`prefetch` handed some over already."""
+        self._many = p95_soon
+
+    def prefetch(self, cand: Candidate) -> None:
+        """A plan the next :meth:`model` will be asked about, known before the pool is complete: with a batch
+        function, each :data:`MANY_FROM` such new plans are handed over at once, so their figures are computed
+        (by the workers) while the caller builds the rest of the pool. Without one, nothing happens."""
+        if self._many is None:
+            return
+        key = cand.key()
+        if key in self._cache or key in self._asked or key in self._queued:
+            return
+        self._queued[key] = cand
+        if len(self._queued) >= MANY_FROM:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        assert self._many is not None
+        keys = list(self._queued)
+        self._pending.append((keys, self._many(list(self._queued.values()))))
+        self._asked.update(keys)
+        self._queued = {}
+
+    def _receive(self) -> None:
+        """Wait for the figures :meth:`prefetch` asked for and cache them."""
+        for keys, figures in self._pending:
+            for k, p in zip(keys, figures(), strict=True):
+                self._cache[k] = self._clipped(p)
+        self._pending.clear()
+        self._asked.clear()
 
     def _clipped(self, p95: float) -> float:
         cap = self.space.scenario.targets.p95_latency_s
@@ -60,16 +97,21 @@ class PriorLatency:
         return self._cache[key]
 
     def _fill(self, keys: Sequence[str], candidates: Sequence[Candidate]) -> None:
-        """Compute the candidates not cached yet in one call of the batch function, where there are enough."""
+        """Compute the candidates not cached yet in one call of the batch function, where there are enough or
+        where :meth:`prefetch` handed parts of this pool over already (the workers are at it: the rest joins
+        them); first receive what was handed over."""
         if self._many is None:
             return
+        streamed = bool(self._pending)
+        self._queued.clear()  # asked for again below, with the rest
+        self._receive()
         new: dict[str, Candidate] = {}
         for k, c in zip(keys, candidates, strict=True):
             if k not in self._cache:
                 new.setdefault(k, c)
-        if len(new) < MANY_FROM:
+        if not new or (len(new) < MANY_FROM and not streamed):
             return
-        for k, p in zip(new, self._many(list(new.values())), strict=True):
+        for k, p in zip(new, self._many(list(new.values()))(), strict=True):
             self._cache[k] = self._clipped(p)
 
     def model(self, z: Sequence[np.ndarray], candidates: Sequence[Candidate]) -> Model:
