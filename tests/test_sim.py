@@ -278,3 +278,31 @@ def test_timing_tables_are_built_once_per_replica_type_and_change_no_simulation(
     finally:
         timing_cache._EVICT_HOOKS.remove(hook)
     assert cleared == [1] and group_timings(plan.deployment, sc, 8192, 2048)[0] is not a
+
+
+def test_a_full_table_cache_frees_the_tables_and_keeps_the_catalog(  # type: ignore[no-untyped-def]
+    sc, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """Past ``MAX_TIMINGS`` the tables are freed (and the caches keyed by their ids, through the hooks), but the
+    scenario's catalog stays, so the table built right after the eviction is found again, not rebuilt. With a
+    calibration file each catalog lookup of the scenario builds a new catalog (``scenario_catalog``), so a
+    cache that dropped its catalogs on eviction would miss every table once more."""
+    from boute.catalog.schema import Efficiency
+    from boute.perf.calibration import save_calibration, with_calibration
+    from boute.sim import timing_cache
+    from boute.sim.engine import group_timings
+
+    sc = with_calibration(sc, save_calibration(tmp_path / "cal.yaml", {"rtx-5090": Efficiency(compute=0.5)}))
+    plan = _plan([SMALL_4090, {**SMALL_4090, "gpu": "rtx-5090"}])
+    timing_cache.clear()
+    monkeypatch.setattr(timing_cache, "MAX_TIMINGS", 1)
+    cleared: list[int] = []
+    hook = lambda: cleared.append(1)  # noqa: E731
+    timing_cache.on_evict(hook)
+    try:
+        a, b = group_timings(plan.deployment, sc, 8192, 2048)  # b's build evicts a
+        assert cleared == [1] and len(timing_cache._TIMINGS) == 1
+        assert group_timings(plan.deployment[1:], sc, 8192, 2048)[0] is b  # the same catalog: a hit
+    finally:
+        timing_cache._EVICT_HOOKS.remove(hook)
+        timing_cache.clear()

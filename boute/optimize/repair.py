@@ -40,7 +40,8 @@ def fit_budget(
 
     A uniform point of a 480-GPU box takes hundreds of rounds, so the pairs' spends sit in a heap keyed
     ``(-spend, index)`` (the largest spend first, ties to the lowest index), with stale entries skipped as
-    they surface: a round is O(log pairs) instead of a pass over the pairs. While some tier has two
+    they surface: a round's choice is O(log pairs) instead of numpy passes over the pairs (its stop test
+    still sums the spends afresh, one builtin ``sum``, below). While some tier has two
     replicas, an entry of a tier down to its last is set aside (a tier's count only falls, so it stays out
     until no tier has two); after that the rounds are a plain ``max`` over the live pairs. Spend terms are
     formed and summed in pair order as the space's ``_cost`` does, so every comparison is the same float as

@@ -42,12 +42,17 @@ def on_evict(hook: Callable[[], None]) -> None:
     _EVICT_HOOKS.append(hook)
 
 
-def clear() -> None:
-    """Free every table and catalog (the :func:`on_evict` hooks empty the caches keyed by the tables' ids)."""
+def _free_tables() -> None:
+    """Free every table; the :func:`on_evict` hooks empty the caches keyed by the tables' ids."""
     _TIMINGS.clear()
-    _CATALOGS.clear()
     for hook in _EVICT_HOOKS:
         hook()
+
+
+def clear() -> None:
+    """Free every table and catalog (a cold start, as a new process has)."""
+    _free_tables()
+    _CATALOGS.clear()
 
 
 def catalog_of(scenario: Scenario) -> Catalog:
@@ -74,7 +79,7 @@ def group_timing(i: int, g: ReplicaGroup, scenario: Scenario, chunk: int, max_ru
             raise BouteError(f"{group_label(i, g)}: unknown {'GPU' if g.gpu not in cat.gpus else 'model'}")
         perf = replica_perf(cat.model(g.model), cat.gpu(g.gpu), tp=g.tp, pp=g.pp, dtype=g.dtype)
         if len(_TIMINGS) >= MAX_TIMINGS:
-            clear()
+            _free_tables()  # the catalogs stay: a new one for the same scenario would miss every table again
         hit = _TIMINGS[key] = (cat, build_timing(perf, chunk, max_running) if perf.fits else perf.reason)
     tm = hit[1]
     if isinstance(tm, str):

@@ -193,14 +193,14 @@ def build_pool(
     screen: Screen | None = None,
     exhaustive: int = 1,
     skip_deployments: frozenset[str] | set[str] = frozenset(),
-    feed: Callable[[Candidate], None] | None = None,
+    feed: Callable[[str, Candidate], None] | None = None,
 ) -> Pool:
     """Distinct canonical, unevaluated plans: ``n_local`` moves spread over ``centres`` + ``n_global`` uniform,
     and every axis, tier-off and swap neighbour of the first ``exhaustive`` centres; with ``screen``, only
     plans that pass it (counted in ``screen.pool``); none whose deployment is in ``skip_deployments``
-    (:meth:`~boute.optimize.space.Candidate.deployment_key`). ``feed`` is given each plan as it joins, so work
-    on the pool (the prior's figures: :meth:`~boute.optimize.surrogates.prior.PriorLatency.prefetch`) can
-    start before it is complete."""
+    (:meth:`~boute.optimize.space.Candidate.deployment_key`). ``feed`` is given each plan (its key and itself)
+    as it joins, so work on the pool (the prior's figures:
+    :meth:`~boute.optimize.surrogates.prior.PriorLatency.prefetch`) can start before it is complete."""
     raw: list[np.ndarray] = [rng.random((n_global, space.dim))] if n_global else []
     if centres:
         for c in centres[:exhaustive]:
@@ -228,6 +228,6 @@ def build_pool(
         zs.append(space.encode(cand))
         cands.append(cand)
         if feed is not None:
-            feed(cand)
+            feed(key, cand)
     z = np.array(zs) if zs else np.zeros((0, space.dim))
     return Pool(z, tuple(cands))

@@ -54,13 +54,13 @@ class PriorLatency:
         :data:`MANY_FROM` of them, or when :meth:`prefetch` handed some over already."""
         self._many = p95_soon
 
-    def prefetch(self, cand: Candidate) -> None:
-        """A plan the next :meth:`model` will be asked about, known before the pool is complete: with a batch
-        function, each :data:`MANY_FROM` such new plans are handed over at once, so their figures are computed
-        (by the workers) while the caller builds the rest of the pool. Without one, nothing happens."""
+    def prefetch(self, key: str, cand: Candidate) -> None:
+        """A plan (``key``: its :meth:`~Candidate.key`) the next :meth:`model` will be asked about, known before
+        the pool is complete: with a batch function, each :data:`MANY_FROM` such new plans are handed over at
+        once, so their figures are computed (by the workers) while the caller builds the rest of the pool.
+        Without one, nothing happens."""
         if self._many is None:
             return
-        key = cand.key()
         if key in self._cache or key in self._asked or key in self._queued:
             return
         self._queued[key] = cand
