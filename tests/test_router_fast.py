@@ -253,3 +253,50 @@ def test_the_word_cache_path_tokenises_exactly_as_the_tokenizer(static: StaticEm
 
     mismatched = [t[:60] for t in texts if static.ids(t) != reference(t)]
     assert mismatched == []
+
+
+def test_unicode_spaces_and_punctuation_take_the_word_cache_and_tokenise_alike(static: StaticEmbedder) -> None:
+    """Typed text's curly quotes, dashes and no-break spaces stay on the word-cache path; random texts mixing
+    them with ASCII words, and with characters that must go to the tokenizer (accented letters, symbols,
+    combining marks, control and format characters, punctuation newer than the tokenizer's Unicode tables),
+    all get the tokenizer's own ids."""
+    emb = StaticEmbedder(static.table, static.tokenizer_json, max_tokens=static.max_tokens)
+    fast = [chr(c) for c in range(0x80, 0x3100) if emb.word_char(chr(c))]
+    # ’ “ — no-break space, ideographic space, line separator, ¿, a CJK ideograph (padded with spaces)
+    assert {"\u2019", "\u201c", "\u2014", "\u00a0", "\u3000", "\u2028", "\u00bf"} - set(fast) == set()
+    assert emb.word_char("\u4e2d")
+    # é Ä € ¾ ß ﬁ Ⅻ, a combining accent, zero-width space, NEL, U+2E53 (punctuation since Unicode 14)
+    slow = ["é", "Ä", "€", "¾", "ß", "ﬁ", "Ⅻ", "\u0301", "\u200b", "\x85", "\u2e53"]
+    assert not any(map(emb.word_char, slow))
+    assert len(emb._chars) > 10_000  # every character probed once, then remembered
+    rng = np.random.default_rng(7)
+    words = ["Natalia", "sold", "48", "clips", "x_y", "3.5", "don", "t", "A-B", "(c)", "?", "well", "UNK"]
+
+    def text(pool: list[str]) -> str:
+        parts = [rng.choice(words) if rng.random() < 0.6 else rng.choice(pool) for _ in range(rng.integers(1, 40))]
+        return "".join(p + (" " if rng.random() < 0.5 else "") for p in parts)
+
+    texts = [text(fast) for _ in range(400)] + [text(fast) + str(rng.choice(slow)) + text(fast) for _ in range(400)]
+    sent: list[str] = []
+
+    class Spy:  # records what reaches the tokenizer whole (the word cache sends it single words)
+        def __init__(self, tok: object) -> None:
+            self.tok = tok
+
+        def encode(self, t: str, **kw: object) -> object:
+            sent.append(t)
+            return self.tok.encode(t, **kw)  # type: ignore[attr-defined]
+
+    emb._chars.clear()
+    ref = emb._tok
+    emb._tok = Spy(ref)  # type: ignore[assignment]
+
+    def reference(t: str) -> list[int]:
+        ids = ref.encode(t[: emb._max_chars], add_special_tokens=False).ids
+        return [i for i in ids if i != emb._unk]
+
+    mismatched = [t[:60] for t in texts if emb.ids(t) != reference(t)]
+    assert mismatched == []
+    whole = set(sent) & set(texts)
+    assert not whole & set(texts[:400])  # every text of spaces and punctuation took the word cache
+    assert whole == set(texts[400:])  # a text with one other character goes to the tokenizer whole
