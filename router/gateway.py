@@ -3,7 +3,8 @@
 Kept apart from the FastAPI routes (app.py) so the request path is plain asyncio code that is easy to
 read and to time: ``x-boute-overhead-ms`` is the handler's wall time minus the time spent waiting on
 upstream replicas and judges. The gateway owns its accounting: the requests in flight (in all, and per tier),
-held by a streamed answer until its body is closed (:class:`HeldStream`).
+held by a streamed answer until its body is closed (:class:`router.held_stream.HeldStream`). Sending a
+request on, to its tier or down the cascade, is :mod:`router.dispatch`.
 """
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ import gc
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
-from boute.quality.judges import JudgeFailed
 from boute.serving import BACKENDS, BackendSpec, RedisKeys
 from boute.serving.bundle import artifact_cache, bundle_files, materialise, open_plan, plan_catalog
-from boute.serving.reason import CASCADE, HEADER
+from boute.serving.reason import HEADER
 from boute.specs.plan import Plan, check_plan_hardware
 from router import access
 from router.balancer import Balancer
 from router.config import Settings
+from router.dispatch import send_cascade, send_single
 from router.errors import (
     BodyTooLarge,
     ClientGone,
@@ -36,17 +37,16 @@ from router.errors import (
     UpstreamFailure,
     retry_after,
 )
+from router.held_stream import HeldStream
 from router.http.reply import Reply, unless_disconnected
 from router.http.request_body import read_body
 from router.metrics import Metrics
-from router.observe import PROMPT_USAGE, Observer, answer_tokens, healthy_groups
+from router.observe import Observer, answer_tokens, healthy_groups
 from router.openai_io import (
-    CHAT,
     affinity_text,
     check_context,
     completion_as_sse,
     parse_request,
-    response_text,
     wants_usage,
 )
 from router.proxy import Proxy, Result, Stream, make_client
@@ -59,25 +59,7 @@ if TYPE_CHECKING:  # boute.sim loads on the first plan, not with the gateway's i
 
 log = logging.getLogger("boute.router")
 
-PATHS = {CHAT: "/v1/chat/completions", "completion": "/v1/completions"}
 SSE_HEADERS = {"cache-control": "no-cache"}
-
-
-class Dispatched(NamedTuple):
-    """What the tier a request was sent to (or the cascade) answered. Immutable and built once a request: a
-    NamedTuple (~0.24 us to build here) rather than a frozen dataclass (~0.53 us with slots)."""
-
-    #: the replica's answer: whole, or a stream whose first chunk has arrived
-    answer: Result | Stream
-    #: index of the tier that answered
-    tier: int
-    #: seconds spent waiting on replicas and judges (the request's time outside the gateway itself)
-    waited_s: float
-    #: tiers asked: 1, or up to the number of tiers for a cascade that escalated
-    hops: int
-    #: a cascade's route reason, every hop's verdict (:mod:`boute.serving.reason`); "" for one tier asked, whose
-    #: reason the caller writes from the score it routed by
-    reason: str = ""
 
 
 class Gateway:
@@ -361,10 +343,12 @@ class Gateway:
         ``keys``: the prompt's prefix keys, for the replica's choice (None: least load)."""
         entry = policy.tiers[tier]
         try:
+            proxy = self.proxy
+            assert proxy is not None  # made in start(), before any request
             work = (
-                self._cascade(policy, kind, body, prompt, stream, keys)
+                send_cascade(proxy, policy, kind, body, prompt, stream, keys, self.metrics.escalations.inc)
                 if cascade
-                else self._single(policy, tier, kind, body, stream, keys)
+                else send_single(proxy, policy, tier, kind, body, stream, keys)
             )
             done = await (unless_disconnected(receive, work) if receive is not None else work)
         except BaseException:
@@ -414,103 +398,3 @@ class Gateway:
         """A streamed request's holds end (called once by :class:`HeldStream` when it closes)."""
         self.inflight -= 1
         self.tier_inflight[entry] -= 1
-
-    async def _single(
-        self,
-        policy: RoutePolicy,
-        tier: int,
-        kind: str,
-        body: dict[str, Any],
-        stream: bool,
-        keys: PromptKeys | None = None,
-    ) -> Dispatched:
-        name = policy.tiers[tier]
-        proxy = self.proxy
-        assert proxy is not None  # made in start(), before any request
-        if stream:
-            out: Stream | Result = await proxy.open_stream(name, PATHS[kind], body, keys)
-        else:
-            out = await proxy.complete(name, PATHS[kind], body, keys)
-        return Dispatched(out, tier, out.upstream_s, 1)
-
-    async def _cascade(
-        self,
-        policy: RoutePolicy,
-        kind: str,
-        body: dict[str, Any],
-        prompt: str,
-        stream: bool,
-        keys: PromptKeys | None = None,
-    ) -> Dispatched:
-        """Tier 0 answers; the judge scores it; below the hop's threshold the next tier answers."""
-        last = len(policy.tiers) - 1
-        waited = 0.0
-        # earlier hops are asked whole, for the judge, and without stream_options: servers that check it (vLLM)
-        # refuse it on a request that does not stream
-        inner = ({k: v for k, v in body.items() if k != "stream_options"} | {"stream": False}) if stream else body
-        proxy, judge, reasons = self.proxy, policy.judge, policy.reasons
-        assert proxy is not None and judge is not None  # a cascade policy always has a judge
-        why = CASCADE  # each hop's verdict is appended (boute.serving.reason)
-        for hop in range(last + 1):
-            name = policy.tiers[hop]
-            if hop == last and stream:
-                out = await proxy.open_stream(name, PATHS[kind], body, keys)
-                return Dispatched(out, hop, waited + out.upstream_s, hop + 1, why + reasons.final(hop))
-            res = await proxy.complete(name, PATHS[kind], inner, keys)
-            waited += res.upstream_s
-            if hop == last or res.status != 200:
-                end = reasons.final(hop) if hop == last else reasons.unjudged(hop, res.status)
-                return Dispatched(res, hop, waited, hop + 1, why + end)
-            t = time.perf_counter()
-            score = await judge.ajudge(prompt, response_text(res.body, kind))
-            waited += time.perf_counter() - t
-            if policy.accepts(hop, score):
-                return Dispatched(res, hop, waited, hop + 1, why + reasons.accepted(hop, score))
-            why += reasons.escalated(hop, score, type(score) is JudgeFailed)
-            self.metrics.escalations.inc()
-        raise AssertionError("unreachable")
-
-
-class HeldStream:
-    """The relayed upstream stream as the client's body (:class:`router.http.reply.Body`). Closing it releases
-    the request's holds exactly once, also when it was never read: a client gone before the first chunk must
-    not leak in-flight counts or the upstream connection (an async generator that never started runs no
-    ``finally`` on ``aclose``). Its end is the request's end: served (latency to the last byte) or failed."""
-
-    __slots__ = ("gw", "upstream", "chunks", "entry", "tier", "t0", "closed")
-
-    def __init__(self, gw: Gateway, upstream: Stream, entry: str, tier: str, t0: float) -> None:
-        assert gw.proxy is not None
-        self.gw, self.upstream, self.entry, self.tier, self.t0 = gw, upstream, entry, tier, t0
-        self.chunks = gw.proxy.relay(upstream)
-        self.closed = False
-
-    def __aiter__(self) -> HeldStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            chunk = await self.chunks.__anext__()
-        except StopAsyncIteration:
-            latency = time.perf_counter() - self.t0
-            if self.upstream.failed:  # a failure mid-stream is a failed request, not a served one
-                self.gw.metrics.stream_failure(self.tier)
-                self.gw.observer.done(self.tier, False, 0.0, None)
-            else:
-                self.gw.metrics.served(self.tier, latency)
-                self.gw.observer.done(self.tier, True, latency, None)
-            raise
-        if PROMPT_USAGE in chunk:  # the usage chunk a stream ends with when its client asked for it
-            self.gw.metrics.usage(self.tier, self.upstream.replica.id, chunk)
-        return chunk
-
-    async def aclose(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            await self.chunks.aclose()
-        finally:
-            assert self.gw.proxy is not None
-            self.gw.proxy.finish(self.upstream, ok=True, done=False)  # no-op once the relay has finished it
-            self.gw.release_stream(self.entry)
