@@ -37,7 +37,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.emulated.engine import Engine, Sequence
-from backends.emulated.profile import ReplicaConfig, Responder, chat_pieces, prompt_pieces
+from backends.emulated.profile import ReplicaConfig, Responder, prompt_pieces
+from backends.emulated.requests import Asked, RequestRefused, json_response, max_tokens_of, parse_body, read_openai
 from boute.serving.auth import UNAUTHORIZED_BODY, UNAUTHORIZED_STATUS, authorized, open_path, replica_token
 from boute.serving.limits import context_error
 from boute.serving.relay import RelayResponse  # closes the generator on disconnect, which cancels the sequence
@@ -45,77 +46,8 @@ from boute.serving.relay import RelayResponse  # closes the generator on disconn
 _ids = itertools.count(1)
 
 
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status, media_type="application/json")
-
-
-class _Bad(Exception):
-    """A request refused with 400; ``kind`` is SGLang's error type for it: "Bad Request" where its request
-    model refuses the body (FastAPI validation), "BadRequestError" where its serving code does (context).
-    Answered in the shape of the route that refused it: :meth:`openai_response` or :meth:`native_response`."""
-
-    def __init__(self, message: str, kind: str = "Bad Request") -> None:
-        super().__init__(message)
-        self.kind = kind
-
-    def openai_response(self) -> Response:
-        """SGLang's OpenAI error body (``serving_base.create_error_response``)."""
-        return _json({"object": "error", "message": str(self), "type": self.kind, "param": None, "code": 400}, 400)
-
-    def native_response(self) -> Response:
-        """SGLang's native-route error body (``http_server._create_error_response``)."""
-        return _json({"error": {"message": str(self)}}, 400)
-
-
 #: SGLang's usage fields beyond the three counts and the cache report (no reasoning parser: zero and null)
 _USAGE_EXTRA: dict[str, Any] = {"reasoning_tokens": 0, "completion_tokens_details": None}
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    raise _Bad("message content must be a string or a list of parts")
-
-
-def _max_tokens(body: dict[str, Any], *keys: str) -> int | None:
-    for k in keys:
-        v = body.get(k)
-        if v is not None:
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise _Bad(f"'{k}' must be a positive integer")
-            return v
-    return None
-
-
-async def _parse(request: Request) -> dict[str, Any]:
-    try:
-        body = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as exc:
-        raise _Bad(f"invalid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _Bad("body must be a JSON object")
-    return body
-
-
-@dataclass(frozen=True, slots=True)
-class _Asked:
-    """An OpenAI completion request as the replica reads it."""
-
-    chat: bool
-    prompt: str  # the text answered: the last user message (chat), the first prompt (completion)
-    pieces: tuple[str, ...]  # the prompt's tokens, chat template included: its prefix-cache path
-    max_tokens: int | None  # the answer's cap (None: the responder's own length)
-    stream: bool
-    include_usage: bool  # a streamed request's usage-only last chunk (``stream_options.include_usage``)
-    model: str  # echoed in the answer: the request's (the gateway sets it to the replica's), else the served name
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +134,13 @@ class ReplicaApi:
 
     # ---- shared steps -------------------------------------------------------------------------
     def _fit(self, prompt_tokens: int, max_tokens: int | None) -> int | None:
-        """SGLang's context rule (:mod:`boute.serving.limits`): _Bad (400, its message) when the request cannot
+        """SGLang's context rule (:mod:`boute.serving.limits`): RequestRefused (400, its message) when the request cannot
         fit; else the answer's cap, which without ``max_tokens`` is the room left in the context (SGLang stops
         there with finish reason ``length``). Checked before the answer is built: an answer of 10^8 pieces took
         minutes of CPU and blocked every replica of the process, health checks included (issue 28)."""
         why = context_error(prompt_tokens, max_tokens, self.context)
         if why is not None:
-            raise _Bad(why, "BadRequestError")
+            raise RequestRefused(why, "BadRequestError")
         room = self.context - prompt_tokens
         return max_tokens if max_tokens is not None or self.cfg.default_output_tokens <= room else room
 
@@ -235,54 +167,22 @@ class ReplicaApi:
         t_in = time.perf_counter()
         chat = request.url.path.endswith("/chat/completions")
         try:
-            asked = self._read_openai(await _parse(request), chat)
-        except _Bad as exc:
+            asked = read_openai(await parse_body(request), chat, self.name, self._fit)
+        except RequestRefused as exc:
             return exc.openai_response()
         answer = self._submit(asked)
         if not asked.stream:
             return await self._whole(request, asked, answer, t_in)
         return RelayResponse(self._events(asked, answer), media_type="text/event-stream")
 
-    def _read_openai(self, body: dict[str, Any], chat: bool) -> _Asked:
-        """The request's prompt, its tokens and the answer's cap; _Bad (400) on what SGLang refuses."""
-        if chat:
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-                raise _Bad("'messages' must be a non-empty list of objects")
-            texts = [_text(m.get("content")) for m in msgs]
-            users = [t for m, t in zip(msgs, texts, strict=True) if m.get("role") == "user"]
-            prompt = users[-1] if users else texts[-1]
-            roles = [r if isinstance(r := m.get("role"), str) else "user" for m in msgs]
-            pieces = tuple(chat_pieces(list(zip(roles, texts, strict=True))))
-        else:
-            p = body.get("prompt")
-            prompt = p[0] if isinstance(p, list) and p and isinstance(p[0], str) else p
-            if not isinstance(prompt, str):
-                raise _Bad("'prompt' must be a string")
-            pieces = prompt_pieces(prompt)
-        max_tokens = self._fit(len(pieces), _max_tokens(body, "max_completion_tokens", "max_tokens"))
-        stream = bool(body.get("stream"))
-        opts = body.get("stream_options")
-        include_usage = stream and isinstance(opts, dict) and bool(opts.get("include_usage"))
-        model = body.get("model")
-        return _Asked(
-            chat,
-            prompt,
-            pieces,
-            max_tokens,
-            stream,
-            include_usage,
-            model if isinstance(model, str) else self.name,
-        )
-
-    def _submit(self, asked: _Asked) -> _Answer:
+    def _submit(self, asked: Asked) -> _Answer:
         """Build the answer's pieces and hand them to the engine, which emits them on its clock."""
         out, truncated = self.responder.answer(asked.prompt, asked.max_tokens)
         seq = self.engine.submit(out, asked.prompt_tokens, asked.stream, asked.pieces)
         rid, created = f"{'chatcmpl' if asked.chat else 'cmpl'}-emu{next(_ids)}", int(time.time())
         return _Answer(seq, rid, created, "length" if truncated else "stop", self.cfg.enable_cache_report)
 
-    async def _whole(self, request: Request, asked: _Asked, answer: _Answer, t_in: float) -> Response:
+    async def _whole(self, request: Request, asked: Asked, answer: _Answer, t_in: float) -> Response:
         """The whole answer once the engine has emitted it (499 when the client left first)."""
         if not await self._wait_or_cancel(request, answer.seq):
             return Response(status_code=499)
@@ -298,7 +198,7 @@ class ReplicaApi:
         # load-dependent) time from client latency and compare proxies without that noise
         service_ms = round((time.perf_counter() - t_in) * 1e3, 3)
         usage = answer.usage()
-        return _json(
+        return json_response(
             {
                 "id": answer.rid,
                 "object": "chat.completion" if asked.chat else "text_completion",
@@ -315,7 +215,7 @@ class ReplicaApi:
             }
         )
 
-    async def _events(self, asked: _Asked, answer: _Answer) -> AsyncIterator[bytes]:
+    async def _events(self, asked: Asked, answer: _Answer) -> AsyncIterator[bytes]:
         """The answer as SGLang streams it: a role chunk (chat), a chunk per token, the finish chunk, the
         usage-only chunk when asked, ``[DONE]``. Closing it frees the batch slot of a client that left."""
         chat, seq = asked.chat, answer.seq
@@ -351,17 +251,17 @@ class ReplicaApi:
     async def generate(self, request: Request) -> Response:
         """SGLang native: {"text", "sampling_params": {"max_new_tokens"}, "stream"}."""
         try:
-            body = await _parse(request)
+            body = await parse_body(request)
             prompt = body.get("text")
             if not isinstance(prompt, str):
-                raise _Bad("'text' must be a string")
+                raise RequestRefused("'text' must be a string")
             sp = body.get("sampling_params") or {}
             if not isinstance(sp, dict):
-                raise _Bad("'sampling_params' must be an object")
+                raise RequestRefused("'sampling_params' must be an object")
             pieces = prompt_pieces(prompt)
             prompt_tokens = len(pieces)
-            max_tokens = self._fit(prompt_tokens, _max_tokens(sp, "max_new_tokens"))
-        except _Bad as exc:
+            max_tokens = self._fit(prompt_tokens, max_tokens_of(sp, "max_new_tokens"))
+        except RequestRefused as exc:
             return exc.native_response()
         out, truncated = self.responder.answer(prompt, max_tokens)
         stream = bool(body.get("stream"))
@@ -381,7 +281,7 @@ class ReplicaApi:
         if not stream:
             if not await self._wait_or_cancel(request, seq):
                 return Response(status_code=499)
-            return _json({"text": seq.text(), "meta_info": meta(True)})
+            return json_response({"text": seq.text(), "meta_info": meta(True)})
 
         async def events() -> AsyncIterator[bytes]:
             try:
@@ -400,14 +300,14 @@ class ReplicaApi:
     async def models(self, request: Request) -> Response:
         name = self.name
         card = {"id": name, "object": "model", "created": self.started, "owned_by": "sglang", "root": name}
-        return _json({"object": "list", "data": [{**card, "parent": None, "max_model_len": self.context}]})
+        return json_response({"object": "list", "data": [{**card, "parent": None, "max_model_len": self.context}]})
 
     async def health(self, request: Request) -> Response:
         return Response(b"", 200)
 
     async def model_info(self, request: Request) -> Response:
         name = self.name
-        return _json(
+        return json_response(
             {
                 "model_path": name,
                 "served_model_name": name,
@@ -420,7 +320,7 @@ class ReplicaApi:
 
     async def server_info(self, request: Request) -> Response:
         engine = self.engine
-        return _json(
+        return json_response(
             {
                 **self.cfg.model_dump(),
                 "context_length": self.context,
