@@ -102,17 +102,34 @@ def test_infeasible_group_and_missing_tier(sc) -> None:  # type: ignore[no-untyp
 
 
 def test_caches_never_change_an_answer(sc, paper) -> None:  # type: ignore[no-untyped-def]
-    """The fast path keeps per-scenario catalogs, replica timings and capacities between calls (what makes it
-    fast enough for the optimiser's inner loop; its speed is measured by ``make bench``, bench_sim): a sweep
-    of splits gives the same answers with warm caches as with cold ones."""
-    from boute.sim import timing_cache
+    """The fast path keeps per-scenario catalogs, replica timings and capacities, each group's terms and each
+    tier's between calls (what makes it fast enough for the optimiser's inner loop; its speed is measured by
+    ``make bench``, bench_sim): a sweep of splits, and of deployments that change one tier, gives the same
+    answers with warm caches as with cold ones, and asked again, from the remembered tiers alone."""
+    from boute.sim import fastpath, timing_cache
 
     st = workload_stats(build_workload(sc, rate_rps=100, duration_s=30))
     splits = [[0.5 + i / 100, 0.5 - i / 100] for i in range(20)]
-    warm = [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits]
+    small = [g for g in paper.deployment if g.tier == "small"]
+    deps = [
+        [g.model_copy(update={"count": g.count + i}) for g in small] + [g for g in paper.deployment if g not in small]
+        for i in range(4)
+    ]
+
+    def sweep() -> list:
+        return [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits] + [
+            fast_evaluate(d, sc, st, [0.6, 0.4], ["small", "large"]) for d in deps
+        ]
+
+    warm = sweep()
     timing_cache.clear()
-    cold = [fast_evaluate(paper.deployment, sc, st, sp, ["small", "large"]) for sp in splits]
-    assert cold == warm and len({r.p95_latency_s for r in warm}) > 1  # the splits do change the answer
+    assert not fastpath._TERMS and not fastpath._GROUPS  # emptied with the tables whose ids they hold
+    cold = sweep()
+    remembered = len(fastpath._TERMS)
+    again = sweep()
+    assert cold == warm == again and len({r.p95_latency_s for r in warm}) > 1  # the splits do change the answer
+    assert len(fastpath._TERMS) == remembered < 2 * len(warm)  # asked again: every tier remembered; the
+    # deployments that change the small tier share the large one's terms
 
 
 # ---- prefill-heavy traffic and the fast path's own uncertainty (issue 13) ------------------------------
@@ -191,3 +208,39 @@ def test_the_load_curves_interpolation_is_numpys_to_the_bit() -> None:
             want = tuple(float(np.interp(lam, cv[1], cv[k])) for k in range(2, 9))
             assert _at(cv, lam) == want
             assert _interp(lam, cv[0], cv[1:2]) == (float(np.interp(lam, cv[0], cv[1])),)
+
+
+def test_the_mixture_quantiles_bracket_search_reads_what_the_whole_grid_reads() -> None:
+    """``_coarse_index`` finds the coarse point every quantile's refinement starts from as ``np.searchsorted``
+    over the whole grid's CDF does, so the quantiles are unchanged to the bit: random mixtures of 1-40 shifted
+    gammas (weights, shifts, shapes from near-exponential to near-constant, scales over six decades) and
+    quantiles at the ends, the middle and the tail."""
+    from boute.sim import gamma_mixture as gm
+
+    rng = np.random.default_rng(11)
+    for _ in range(600):
+        n = int(rng.integers(1, 41))
+        w = rng.random(n) + 1e-3
+        w /= w.sum()
+        shift = rng.uniform(0.0, 5.0, n) * float(rng.choice([1e-3, 1.0, 10.0]))
+        shape = np.exp(rng.uniform(np.log(0.3), np.log(400.0), n))
+        scale = np.exp(rng.uniform(np.log(1e-4), np.log(10.0), n))
+        q = np.sort(rng.choice([0.001, 0.05, 0.5, 0.9, 0.95, 0.99, 0.999], size=2, replace=False))
+        x = (
+            float(shift.min())
+            + (float(np.max(shift + shape * scale + 12.0 * np.sqrt(shape) * scale)) - shift.min()) * gm._COARSE
+        )
+        whole = np.searchsorted(gm._mix_cdf(w, shift, shape, scale, x), q).tolist()
+        assert gm._coarse_index(w, shift, shape, scale, x, q) == whole
+
+
+def test_plan_cost_asks_each_scenarios_own_prices(sc, paper) -> None:  # type: ignore[no-untyped-def]
+    """Prices are remembered per scenario object: a copy of the scenario with other price overrides costs the
+    same plan at its own prices, alternately asked, and each equals the sum of price x GPUs."""
+    gpus = {g.gpu for g in paper.deployment}
+    dear = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"prices": dict.fromkeys(gpus, 100.0)})})
+    for _ in range(3):
+        for s in (sc, dear):
+            want = sum(s.price(g.gpu) * g.gpus_used for g in paper.deployment)
+            assert plan_cost(paper.deployment, s) == pytest.approx(want, rel=1e-12)
+    assert plan_cost(paper.deployment, dear) == 100.0 * sum(g.gpus_used for g in paper.deployment)

@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
         }
         if p is not None:
             check_plan_hardware(p, sc.catalog, plan)
-            summary["plan_cost_per_hour"] = round(sum(sc.price(g.gpu) * g.gpus_used for g in p.deployment), 4)
+            from boute.sim.engine import plan_cost  # only where a plan is validated: keeps the bare command light
+
+            summary["plan_cost_per_hour"] = round(plan_cost(p.deployment, sc), 4)
             summary["plan_gpus"] = p.gpus_used()
             summary["plan_scorer"] = p.routing.model_dump(include={"scorer"})["scorer"]  # as the plan spells it
             summary["plan_artifacts"] = len(p.artifacts)

@@ -38,7 +38,7 @@ from boute.sim.gamma_mixture import mixture_quantiles
 from boute.sim.load_curves import balance, capacity_and_slots
 from boute.sim.queueing import erlang_c, pooling
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming
-from boute.sim.timing_cache import group_timing
+from boute.sim.timing_cache import group_timing, on_evict
 from boute.specs.plan import ReplicaGroup
 from boute.specs.scenario import Scenario
 from boute.workload import WorkloadStats
@@ -133,7 +133,10 @@ def fast_evaluate(
             cols.add(0.0, 0.0, 0.0, 0.0)
             continue
         ca2_k = 1.0 + visits[k] * (ca2 - 1.0) if mode == "preroute" else ca2
-        for prho in _tier_terms(k, groups, lam_k, util[k], lns[k], cs2_k[k], cs2_pf_k[k], ca2_k, cols, comps):
+        row, tier_comps, prhos = _tier_terms_of(k, groups, lam_k, util[k], lns[k], cs2_k[k], cs2_pf_k[k], ca2_k)
+        cols.add(*row)
+        comps.extend(tier_comps)
+        for prho in prhos:
             prefill_rho = max(prefill_rho, prho)
 
     if mode == "cascade":
@@ -160,10 +163,32 @@ def _groups_by_tier(
         if g.tier not in tiers:
             continue
         k = tiers.index(g.tier)
-        tm = group_timing(i, g, scenario, chunk_tokens, max_running)
-        mu, slots = capacity_and_slots(tm, lns[k])
-        per_tier[k].append((tm, g.count, mu, slots))
+        per_tier[k].append(_group_of(i, g, scenario, lns[k], chunk_tokens, max_running))
     return per_tier
+
+
+#: per replica group object, scenario object and lengths: the group's timing table, count, capacity and slots
+#: (:func:`_group_of`); each entry holds the group and scenario it was built for, so their ids stay theirs
+_GROUPS: dict[tuple, tuple[ReplicaGroup, Scenario, Group]] = {}
+#: entries before :data:`_GROUPS` is emptied
+MAX_GROUPS = 16384
+
+on_evict(_GROUPS.clear)
+
+
+def _group_of(i: int, g: ReplicaGroup, scenario: Scenario, ln: Lengths, chunk: int, max_running: int) -> Group:
+    """Group ``i``'s (timing table, count, capacity, slots) under ``ln``, remembered per group object: a search's
+    plans are made of a few thousand distinct group instances (:meth:`boute.optimize.space.Space._group`), and
+    looking each one's table and capacity up again was a sixth of the fast path's time on a 480-GPU fleet."""
+    key = (id(g), id(scenario), ln, chunk, max_running)
+    hit = _GROUPS.get(key)
+    if hit is None or hit[0] is not g or hit[1] is not scenario:
+        tm = group_timing(i, g, scenario, chunk, max_running)
+        mu, slots = capacity_and_slots(tm, ln)
+        if len(_GROUPS) >= MAX_GROUPS:
+            _GROUPS.clear()
+        hit = _GROUPS[key] = (g, scenario, (tm, g.count, mu, slots))
+    return hit[2]
 
 
 def _utilisation(per_tier: list[list[Group]], rate: float, visits: list[float]) -> list[float]:
@@ -194,20 +219,38 @@ class _TierColumns:
         self.w2.append(w2)
 
 
+#: a tier's terms (:func:`_tier_terms`): its row of the tier columns (A, tau, w1, w2), one mixture component per
+#: group, and each group's prefill utilisation
+TierTerms = tuple[tuple[float, float, float, float], tuple[Component, ...], tuple[float, ...]]
+#: tier terms by their inputs (:func:`_tier_terms_of`), keyed by the groups' timing tables' ids (emptied with them)
+_TERMS: dict[tuple, TierTerms] = {}
+#: entries before :data:`_TERMS` is emptied (each ~1 KB)
+MAX_TERMS = 16384
+
+on_evict(_TERMS.clear)
+
+
+def _tier_terms_of(
+    k: int, groups: list[Group], lam_k: float, rho: float, ln: Lengths, cs2: float, cs2_pf: float, ca2_k: float
+) -> TierTerms:
+    """:func:`_tier_terms`, remembered: a search's candidate pool holds the axis and swap neighbours of a plan,
+    which change one or two groups and leave the other tiers as they were, so most tiers of a pool's plans
+    were computed already (a group is its replica type's table and its count; its capacity and slots follow
+    from the table and ``ln``)."""
+    key = (k, tuple([(id(g[0]), g[1]) for g in groups]), lam_k, rho, ln, cs2, cs2_pf, ca2_k)
+    hit = _TERMS.get(key)
+    if hit is None:
+        if len(_TERMS) >= MAX_TERMS:
+            _TERMS.clear()
+        hit = _TERMS[key] = _tier_terms(k, groups, lam_k, rho, ln, cs2, cs2_pf, ca2_k)
+    return hit
+
+
 def _tier_terms(
-    k: int,
-    groups: list[Group],
-    lam_k: float,
-    rho: float,
-    ln: Lengths,
-    cs2: float,
-    cs2_pf: float,
-    ca2_k: float,
-    cols: _TierColumns,
-    comps: list[Component],
-) -> list[float]:
-    """Tier k's latency terms at its offered rate ``lam_k`` and utilisation ``rho``: its row of ``cols``,
-    one component per group appended to ``comps``; returns each group's prefill utilisation.
+    k: int, groups: list[Group], lam_k: float, rho: float, ln: Lengths, cs2: float, cs2_pf: float, ca2_k: float
+) -> TierTerms:
+    """Tier k's latency terms at its offered rate ``lam_k`` and utilisation ``rho``: its row of the tier columns,
+    one mixture component per group, and each group's prefill utilisation.
 
     The slot wait is the tier's G/G/c queue (module doc): ``P(wait) = erlang_c(slots, rho)`` times the mean
     wait ``svc / (slots (1 - rho)) (ca^2 + cs^2) / 2``, taken as exponential (second moment ``2 wc^2``)."""
@@ -219,6 +262,7 @@ def _tier_terms(
     prefill_rho_k = sum(sh * prho for sh, (_, _, _, _, prho, _, _) in zip(shares, at, strict=True))
     pool = pooling(sum(c for _, c, _, _ in groups), prefill_rho_k)
     prhos = []
+    comps: list[Component] = []
     for (_, count, _, _), (a, tau, wvar, svar, prho, wq, start), share in zip(groups, at, shares, strict=True):
         a_sum += share * a
         tau_sum += share * tau
@@ -239,8 +283,7 @@ def _tier_terms(
         prhos.append(prho)
     p_wait = erlang_c(slots, rho)
     wc = svc / (slots * (1.0 - rho)) * 0.5 * (ca2_k + cs2)
-    cols.add(a_sum, tau_sum, p_wait * wc, 2.0 * p_wait * wc * wc)
-    return prhos
+    return (a_sum, tau_sum, p_wait * wc, 2.0 * p_wait * wc * wc), tuple(comps), tuple(prhos)
 
 
 #: the mixture's components: weights, shifts, means and variances of their gamma-shaped variable parts
