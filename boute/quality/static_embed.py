@@ -47,8 +47,6 @@ TABLE_FILE, TOKENIZER_FILE, INFO_FILE = "table.npy", "tokenizer.json", "info.jso
 _NOT_ASCII = re.compile(r"[^\x09\x0a\x0d\x20-\x7e]")
 #: BERT's pre-tokenizer on such text: runs of letters/digits, every other printable character alone
 _ASCII_WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9\s]")
-
-
 #: words whose WordPiece ids are remembered (a bound, so odd traffic cannot grow it without limit)
 WORD_CACHE = 200_000
 #: non-ASCII characters whose treatment is remembered (:meth:`StaticEmbedder.word_char`)
