@@ -18,8 +18,8 @@ Structure the method allows us to exploit (docs/optimizer.md, "MOBO"):
   reference point at the targets (floor, cap) so only the feasible region counts, and constrained
   LogEI on latency over plans whose exact quality meets the floor: the chosen plan is what users get, so
   two of every three steps improve it directly. ``acq="ehvi"`` / ``"ei"`` run one of them alone. The
-  strategy builds the models and picks the acquisition; :mod:`boute.optimize.acquisition.functions` scores
-  the pool.
+  strategy builds the models and picks the acquisition; :mod:`boute.optimize.acquisition.pool_scores` scores
+  the pool with :mod:`boute.optimize.acquisition.functions`.
 * Initial design: scrambled Sobol points (``n_init`` evaluated ones), deterministic in the seed; every ask
   is a function of the trials so far, the batch in flight among them as pending trials (BoTorch's
   ``X_pending``), and of the last fit's hyperparameters (the GP's warm start): a search that resumes fits
@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from boute.optimize.acquisition import functions as acquisitions
 from boute.optimize.acquisition.pool import Pool, build_pool
+from boute.optimize.acquisition.pool_scores import PoolScores
 from boute.optimize.clock import SearchClock
 from boute.optimize.evaluators.base import Evaluator
 from boute.optimize.objectives import Objective, front_layers
@@ -69,7 +69,7 @@ from boute.optimize.status import TrialStatus
 from boute.optimize.strategies.base import Strategy
 from boute.optimize.strategies.centres import floor_incumbents, front_incumbents, near_miss, spent_deployments
 from boute.optimize.strategies.design import SobolDesign
-from boute.optimize.surrogates.exact import ExactQuality, QualityFn, exact_quality_fn, lookup, pointwise
+from boute.optimize.surrogates.exact import ExactQuality, QualityFn, exact_quality_fn
 from boute.optimize.surrogates.latency import LatencyGP, latency_outcome
 from boute.optimize.surrogates.prior import PriorLatency, SoonMany
 from boute.optimize.trials import Trial, figures
@@ -77,7 +77,6 @@ from boute.specs.targets import meets_floor
 
 if TYPE_CHECKING:
     from botorch.models.model import Model
-    from torch import Tensor
 
 ACQS = ("hybrid", "ehvi", "ei")
 #: qLogNEHVI's noisy baseline: the evaluated plans on the first non-dominated layers of the observed outcomes,
@@ -307,71 +306,23 @@ class MoboStrategy(Strategy):
         pq = np.array([self._quality(cd.fractions) for cd in pool.candidates])
         lat = self._lat_models(gp, pool, [*ok, *(t for t in trials if t.status == TrialStatus.PENDING)])
         t2 = time.perf_counter()
+        scoring = PoolScores(self.space, pool, lat, pq, floor, cap, Xp, self.mc_samples, self.seed)
         if kind == "cost":
-            best_cost = float(c[feas].min()) if feas.any() else budget + 1.0
-            scores = self._log_cei_cost(lat, pool, pq, floor, cap, best_cost, Xp)
+            scores = scoring.log_cei_cost(float(c[feas].min()) if feas.any() else budget + 1.0)
         elif kind == "pareto":
             base = front_layers(np.stack([-q, -y, c], axis=1), NEHVI_BASELINE)
-            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, Xp, budget=budget)
+            scores = scoring.log_nehvi(X[torch.as_tensor(base)], self._quality, budget=budget)
         elif kind == "ei" and meets_floor(pq, floor).any():
-            best = float(y[feas].max()) if feas.any() else -math.log(cap)
-            scores = self._log_ei(lat, pool, pq, floor, best, Xp)
+            scores = scoring.log_ei(float(y[feas].max()) if feas.any() else -math.log(cap))
         else:
             kind = "ehvi"
             base = front_layers(np.stack([-q, -y], axis=1), NEHVI_BASELINE)
-            scores = self._log_nehvi(lat, X[torch.as_tensor(base)], pool, pq, floor, cap, Xp)
+            scores = scoring.log_nehvi(X[torch.as_tensor(base)], self._quality)
         self.clock.add("propose.fit", t1 - t0)
         self.clock.add("propose.pool", t2 - t1)
         self.clock.add("propose.acquisition", time.perf_counter() - t2)
         self.steps.append(kind)
         return pool, np.asarray(scores, dtype=float)
-
-    def _log_cei_cost(
-        self,
-        lat: list[Model],
-        pool: Pool,
-        pq: np.ndarray,
-        floor: float,
-        cap: float,
-        best_cost: float,
-        pending: Tensor | None,
-    ) -> np.ndarray:
-        """Constrained qLogEI on ``-$/h`` with ``P95 <= cap`` (:func:`acquisitions.log_cei_cost`); plans below
-        the floor score -inf (the screen keeps them out of the pool anyway)."""
-        from botorch.models.deterministic import GenericDeterministicModel
-
-        s = acquisitions.log_cei_cost(
-            GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1),
-            lat,
-            self._pool_tensor(pool),
-            best_cost=best_cost,
-            cap=cap,
-            mc_samples=self.mc_samples,
-            seed=self.seed,
-            pending=pending,
-        )
-        return np.where(meets_floor(pq, floor), s, -np.inf)
-
-    @staticmethod
-    def _pool_tensor(pool: Pool) -> Tensor:
-        import torch
-
-        return torch.tensor(pool.z, dtype=torch.double).unsqueeze(1)
-
-    def _neg_cost_fn(self, pool: Pool) -> Callable[[Tensor], Tensor]:
-        """``-$/h`` of canonical points as a torch function: pool plans by lookup, others by decoding."""
-        known = {z.tobytes(): -cd.cost_per_hour for z, cd in zip(pool.z, pool.candidates, strict=True)}
-        space = self.space
-        return pointwise(lookup(known, lambda z: -space.decode(z).cost_per_hour))
-
-    def _log_ei(
-        self, lat: list[Model], pool: Pool, pq: np.ndarray, floor: float, best: float, pending: Tensor | None
-    ) -> np.ndarray:
-        """LogEI of ``-log P95`` over the incumbent (:func:`acquisitions.log_ei`); plans below the floor -inf."""
-        s = acquisitions.log_ei(
-            lat, self._pool_tensor(pool), best=best, mc_samples=self.mc_samples, seed=self.seed, pending=pending
-        )
-        return np.where(meets_floor(pq, floor), s, -np.inf)
 
     # ---- the latency outcome: the GP, or a cheaper evaluator's figure plus the GP's residual ------------
     def _lat_models(self, gp: Model, pool: Pool, known: Sequence[Trial]) -> list[Model]:
@@ -382,40 +333,3 @@ class MoboStrategy(Strategy):
         z = [*pool.z, *(t.z for t in known)]
         cands = [*pool.candidates, *(t.candidate for t in known)]
         return [self.prior.model(z, cands), gp]
-
-    def _log_nehvi(
-        self,
-        lat: list[Model],
-        X: Tensor,
-        pool: Pool,
-        pq: np.ndarray,
-        floor: float,
-        cap: float,
-        pending: Tensor | None,
-        budget: float | None = None,
-    ) -> np.ndarray:
-        """qLogNEHVI of (exact quality, ``-log P95``) with the reference point at the targets; with ``budget``,
-        of (exact quality, ``-log P95``, exact ``-$/h``), reference (floor, -log cap, -budget). ``X``: the
-        noisy baseline (evaluated plans, :data:`NEHVI_BASELINE`); ``pq``: the pool plans' exact quality."""
-        from botorch.models.deterministic import GenericDeterministicModel
-
-        space = self.space
-
-        def quality(z: np.ndarray) -> float:
-            return self._quality(tuple(space._fractions(z)))
-
-        known = {z.tobytes(): float(v) for z, v in zip(pool.z, pq, strict=True)}
-        known.update((z.tobytes(), quality(z)) for z in X.numpy())
-        if pending is not None:
-            known.update((z.tobytes(), quality(z)) for z in pending.numpy())
-        return acquisitions.log_nehvi(
-            GenericDeterministicModel(pointwise(lookup(known, quality)), num_outputs=1),
-            lat,
-            X,
-            self._pool_tensor(pool),
-            ref=[floor, -math.log(cap)] + ([-budget] if budget is not None else []),
-            neg_cost=None if budget is None else GenericDeterministicModel(self._neg_cost_fn(pool), num_outputs=1),
-            mc_samples=self.mc_samples,
-            seed=self.seed,
-            pending=pending,
-        )
