@@ -13,7 +13,7 @@ from boute.quality import quality_model_for
 from boute.quality.build import profile_for, tier_models
 from boute.quality.profiles import load_profile
 from boute.quality.router import profile_split, split_indices
-from boute.serving.verify import build_requests
+from boute.serving.replay_requests import build_requests
 from boute.specs import load_scenario
 from boute.workload import build_workload, replay_workload
 from boute.workload.profiles import profile_lengths

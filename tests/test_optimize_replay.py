@@ -10,7 +10,7 @@ import numpy as np
 
 from boute.optimize.replay import NO_PROFILE_PROMPT, replay, replay_conversations
 from boute.quality.profiles import load_profile
-from boute.serving.verify import replay_messages
+from boute.serving.replay_requests import replay_messages
 from boute.workload import Workload
 
 

@@ -1,5 +1,5 @@
 """`boute verify` on traffic whose prompts share prefixes: the replay sends the system prompts and earlier turns
-the simulator counted (boute/serving/verify.py: prefixed_messages), and the replicas' reported cached tokens
+the simulator counted (boute/serving/replay_requests.py: prefixed_messages), and the replicas' reported cached tokens
 are judged against the plan's promised cached share."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from boute.errors import BouteError
 from boute.quality import quality_model_for
 from boute.quality.build import profile_for, tier_models
-from boute.serving.verify import build_requests
+from boute.serving.replay_requests import build_requests
 from boute.specs import load_scenario
 from boute.workload import replay_workload
 from boute.workload.tokens import count_tokens

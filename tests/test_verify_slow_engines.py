@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from boute.errors import BouteError
-from boute.serving.verify import Measured, build_requests, cap_max_tokens, compare
+from boute.serving.replay_requests import build_requests, cap_max_tokens
+from boute.serving.verify import Measured, compare
 from boute.specs import load_scenario
 from boute.specs.plan import Plan, Prediction
 

@@ -190,7 +190,7 @@ def test_verify_replays_held_out_prompts_whatever_the_length_source() -> None:
     workload's requests carry no profile row)."""
     from boute.quality import quality_model_for
     from boute.quality.build import profile_for
-    from boute.serving.verify import build_requests
+    from boute.serving.replay_requests import build_requests
 
     for ref in (None, "experiments/scenarios/long-prompt.yaml"):
         s = load_scenario(ref)

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
     from boute.quality import QualityModel
     from boute.serving.explain import Explanation
-    from boute.serving.verify import Requests, Tolerances, Verdict
+    from boute.serving.replay_requests import Requests
+    from boute.serving.verify import Tolerances, Verdict
     from boute.specs import Plan, Scenario
 
 
@@ -161,7 +162,8 @@ def run_verify(
     from boute.quality import quality_model_for
     from boute.quality.build import profile_for, tier_models
     from boute.serving.explain import explain_routes
-    from boute.serving.verify import build_requests, compare, measure
+    from boute.serving.replay_requests import build_requests
+    from boute.serving.verify import compare, measure
 
     qm = quality_model_for(sc)  # the plan's own router and its held-out split (the promise's prompts)
     profile = profile_for(sc)

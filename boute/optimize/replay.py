@@ -6,7 +6,7 @@ come back in model seconds. What does not scale (the gateway's own overhead, HTT
 is inflated by the same factor; that is the approximation, small while latencies are seconds and
 overheads milliseconds.
 
-What is sent is what ``boute verify`` sends (:func:`boute.serving.verify.replay_messages`): a multi-turn query
+What is sent is what ``boute verify`` sends (:func:`boute.serving.replay_requests.replay_messages`): a multi-turn query
 (MT-Bench turn 2) carries its earlier exchange, so the replica prefills as many tokens as the simulator
 counted for it and the live evaluator measures the latency the plan promised.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from boute.quality.profiles import QualityProfile
-from boute.serving.verify import replay_messages
+from boute.serving.replay_requests import replay_messages
 from boute.workload import Workload
 
 #: a chat conversation as the gateway takes it: ``{"role": ..., "content": ...}`` messages, the query last
