@@ -258,15 +258,15 @@ def test_the_word_cache_path_tokenises_exactly_as_the_tokenizer(static: StaticEm
 def test_unicode_spaces_and_punctuation_take_the_word_cache_and_tokenise_alike(static: StaticEmbedder) -> None:
     """Typed text's curly quotes, dashes and no-break spaces stay on the word-cache path; random texts mixing
     them with ASCII words, and with characters that must go to the tokenizer (accented letters, symbols,
-    combining marks, control and format characters, punctuation newer than the tokenizer's Unicode tables),
-    all get the tokenizer's own ids."""
+    combining marks, control and format characters), all get the tokenizer's own ids."""
     emb = StaticEmbedder(static.table, static.tokenizer_json, max_tokens=static.max_tokens)
     fast = [chr(c) for c in range(0x80, 0x3100) if emb.word_char(chr(c))]
     # ’ “ — no-break space, ideographic space, line separator, ¿, a CJK ideograph (padded with spaces)
     assert {"\u2019", "\u201c", "\u2014", "\u00a0", "\u3000", "\u2028", "\u00bf"} - set(fast) == set()
     assert emb.word_char("\u4e2d")
-    # é Ä € ¾ ß ﬁ Ⅻ, a combining accent, zero-width space, NEL, U+2E53 (punctuation since Unicode 14)
-    slow = ["é", "Ä", "€", "¾", "ß", "ﬁ", "Ⅻ", "\u0301", "\u200b", "\x85", "\u2e53"]
+    # é Ä € ¾ ß ﬁ Ⅻ, a combining accent, zero-width space, NEL (U+2E53, punctuation since Unicode 14 and a
+    # letter to the pinned tokenizers' tables, is left out: its answer is the tokenizer build's, not a rule)
+    slow = ["é", "Ä", "€", "¾", "ß", "ﬁ", "Ⅻ", "\u0301", "\u200b", "\x85"]
     assert not any(map(emb.word_char, slow))
     assert len(emb._chars) > 10_000  # every character probed once, then remembered
     rng = np.random.default_rng(7)
