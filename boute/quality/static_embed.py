@@ -136,7 +136,7 @@ class StaticEmbedder:
         text = text[: self._max_chars]
         if (
             not self._bert_uncased
-            or (_NOT_ASCII.search(text) is not None and not all(map(self.word_char, set(_NOT_ASCII.findall(text)))))
+            or not all(map(self.word_char, set(_NOT_ASCII.findall(text))))  # none: all() of nothing is True
             or any(c in text for c in self._special_starts)
         ):
             ids = self._tok.encode(text, add_special_tokens=False).ids

@@ -32,7 +32,7 @@ from boute.sim.capacity import Lengths, replica_weights
 from boute.sim.replica import DECODE, IDLE, SimReplica
 from boute.sim.result import SimResult
 from boute.sim.timing import DEFAULT_CHUNK_TOKENS, DEFAULT_MAX_RUNNING, ReplicaTiming
-from boute.sim.timing_cache import group_timing
+from boute.sim.timing_cache import gpu_price, group_timing
 from boute.specs.plan import Plan, ReplicaGroup, check_plan_hardware
 from boute.specs.scenario import Scenario
 from boute.workload import Workload
@@ -45,28 +45,10 @@ from boute.workload.prefixes import Paths
 JUDGE_DELAY_S = 0.002
 
 
-#: per scenario object (held, so its id is not reused while here): its GPUs' prices as they are asked
-_PRICES: dict[int, tuple[Scenario, dict[str, float]]] = {}
-
-
 def plan_cost(deployment: Sequence[ReplicaGroup], scenario: Scenario) -> float:
-    """USD per hour of a deployment at the scenario's prices (:meth:`Scenario.price`), sum of price x GPUs
-    over its groups. Each GPU's price is asked of the scenario once: a search prices tens of thousands of
-    plans of a few GPU types, and the catalog lookup behind a price (~4 us) was a seventh of the fast path's
-    time on the 480-GPU fleet."""
-    entry = _PRICES.get(id(scenario))
-    if entry is None or entry[0] is not scenario:
-        if len(_PRICES) > 16:
-            _PRICES.clear()
-        entry = _PRICES[id(scenario)] = (scenario, {})
-    prices = entry[1]
-    total = 0.0
-    for g in deployment:
-        price = prices.get(g.gpu)
-        if price is None:
-            price = prices[g.gpu] = scenario.price(g.gpu)
-        total += price * g.gpus_used
-    return total
+    """USD per hour of a deployment at the scenario's prices: sum of price x GPUs over its groups (each GPU's
+    price asked once per scenario: :func:`boute.sim.timing_cache.gpu_price`)."""
+    return float(sum(gpu_price(scenario, g.gpu) * g.gpus_used for g in deployment))
 
 
 def group_timings(

@@ -16,8 +16,7 @@ _COARSE = np.linspace(0.0, 1.0, 96)
 _FINE = np.linspace(0.0, 1.0, 24)
 #: every eighth coarse point: where the bracket of a quantile is looked for first (:func:`_coarse_index`)
 _STRIDE = 8
-_SUB = np.arange(_STRIDE - 1, len(_COARSE), _STRIDE)
-_SUB_L = _SUB.tolist()
+_SUB = list(range(_STRIDE - 1, len(_COARSE), _STRIDE))
 #: components from which the bracket is searched for (:func:`_coarse_index`, the same result) rather than read
 #: off the whole coarse grid
 SEARCH_FROM = 4
@@ -63,7 +62,7 @@ def _coarse_index(
     spans = []
     for k in np.searchsorted(_mix_cdf(w, shift, shape, scale, x[_SUB]), q).tolist():
         # the first point reaching q lies in a .. b (b: the first of every eighth that does; n: none does)
-        spans.append((_SUB_L[k - 1] + 1 if k > 0 else 0, _SUB_L[k] if k < len(_SUB_L) else n))
+        spans.append((_SUB[k - 1] + 1 if k > 0 else 0, _SUB[k] if k < len(_SUB) else n))
     rows = sorted({i for a, b in spans for i in range(a, b)})
     cdf = dict(zip(rows, _mix_cdf(w, shift, shape, scale, x[rows]).tolist(), strict=True)) if rows else {}
     return [a + int(np.searchsorted([cdf[i] for i in range(a, b)], qi)) for (a, b), qi in zip(spans, q, strict=True)]
